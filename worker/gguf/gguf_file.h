@@ -23,6 +23,8 @@ enum class ValueType : uint32_t {
 };
 std::string_view ValueTypeName(ValueType t);
 
+struct Value;  // worker/gguf/gguf_value.h
+
 // One tensor as found in the file's tensor table.
 struct TensorInfo {
   std::string name;
@@ -41,6 +43,11 @@ class GgufFile {
   // allow_header_only: accept a file whose tensor data is absent (data pointers stay null).
   static absl::StatusOr<std::unique_ptr<GgufFile>> Open(const std::string& path,
                                                         bool allow_header_only = false);
+  // Reads one file image held in memory (copied, so `bytes` need not outlive the result);
+  // `name` stands for the path in error messages. No shard set is looked for.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> OpenFromMemory(std::span<const uint8_t> bytes,
+                                                                  const std::string& name,
+                                                                  bool allow_header_only = false);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -51,6 +58,8 @@ class GgufFile {
   // For arrays: the element type.
   std::optional<ValueType> ArrayTypeOf(std::string_view key) const;
   std::vector<std::string> Keys() const;  // in file order
+  // The value itself (nullptr when absent), e.g. to copy metadata into a GgufWriter.
+  const Value* FindValue(std::string_view key) const;
 
   absl::StatusOr<uint8_t> GetU8(std::string_view key) const;
   absl::StatusOr<int8_t> GetI8(std::string_view key) const;
