@@ -26,9 +26,26 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& path,
   K3_ASSIGN_OR_RETURN(e->file_, gguf::GgufFile::Open(path));
   K3_ASSIGN_OR_RETURN(e->config_, model::ParseK3Config(*e->file_));
   K3_RETURN_IF_ERROR(model::ValidateManifest(e->config_, *e->file_));
-  K3_ASSIGN_OR_RETURN(e->weights_, BindWeights(e->config_, *e->file_));
-  e->options_ = options;
   const model::K3Config& c = e->config_;
+  K3_RETURN_IF_ERROR(model::CheckPlan(c, options.plan));
+  if (options.rank < 0 || options.rank >= options.plan.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", options.rank, " outside the plan's ", options.plan.ranks, " ranks"));
+  }
+  if (options.comm == nullptr) {
+    if (options.plan.ranks != 1) return absl::InvalidArgumentError("a plan of several ranks needs a communicator");
+    e->own_comm_ = coll::MakeLocalCommunicator();
+    e->comm_ = e->own_comm_.get();
+  } else {
+    if (options.comm->size() != options.plan.ranks || options.comm->rank() != options.rank) {
+      return absl::InvalidArgumentError(absl::StrCat("communicator is rank ", options.comm->rank(), " of ",
+                                                     options.comm->size(), ", the plan says rank ", options.rank,
+                                                     " of ", options.plan.ranks));
+    }
+    e->comm_ = options.comm;
+  }
+  e->shard_ = model::ShardFor(c, options.plan, options.rank);
+  K3_ASSIGN_OR_RETURN(e->weights_, BindWeights(c, *e->file_, e->shard_));
+  e->options_ = options;
   if (options.max_seqs < 1 || options.page_size < 1 || options.kda_chunk < 1) {
     return absl::InvalidArgumentError("engine options: max_seqs, page_size, kda_chunk must be >= 1");
   }
@@ -40,7 +57,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& path,
   shape.page_size = options.page_size;
   shape.n_pages = (cache_tokens + options.page_size - 1) / options.page_size;
   shape.n_kda_layers = c.n_kda_layers();
-  shape.kda_heads = c.n_heads;
+  shape.kda_heads = e->shard_.n_heads;
   shape.kda_head_dim = c.kda_head_dim;
   shape.conv_taps = c.conv_kernel - 1;
   shape.max_seqs = options.max_seqs;
@@ -48,12 +65,20 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Open(const std::string& path,
   return e;
 }
 
-void Engine::Embed(const TokenBatch& batch, float* x) const {
+// Each rank holds a vocabulary band of the embedding: it writes the rows of its tokens, zeros
+// elsewhere, and the all-reduce assembles every row.
+absl::Status Engine::Embed(const TokenBatch& batch, float* x) {
   const QuantMatrix& emb = weights_.token_embd;
+  const int64_t H = config_.hidden;
   for (int64_t t = 0; t < batch.n_tokens(); ++t) {
-    quant::DequantizeRow(emb.type, static_cast<const uint8_t*>(emb.data) + batch.tokens[t] * emb.row_bytes,
-                         x + t * config_.hidden, config_.hidden);
+    const int64_t local = batch.tokens[t] - shard_.vocab_begin;
+    if (local >= 0 && local < shard_.vocab_width) {
+      quant::DequantizeRow(emb.type, static_cast<const uint8_t*>(emb.data) + local * emb.row_bytes, x + t * H, H);
+    } else {
+      std::fill(x + t * H, x + (t + 1) * H, 0.0f);
+    }
   }
+  return comm_->AllReduceSum(x, batch.n_tokens() * H);
 }
 
 absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) {
@@ -89,7 +114,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
   // ---- the layers ----
   const int64_t T = batch.n_tokens(), H = c.hidden;
   std::vector<float> x(T * H), cur(T * H), hbuf(T * H), delta(T * H);
-  Embed(batch, x.data());
+  K3_RETURN_IF_ERROR(Embed(batch, x.data()));
   std::vector<std::vector<float>> bank;  // raw checkpoints, each [T][H]
   std::vector<const float*> bank_rows;
   auto mix = [&](const std::vector<float>& score_w, const std::vector<float>& src, std::vector<float>& dst) {
@@ -103,7 +128,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
   auto norm = [&](const std::vector<float>& w, const std::vector<float>& src, std::vector<float>& dst) {
     for (int64_t t = 0; t < T; ++t) cpu::RmsNorm(&src[t * H], w.data(), c.rms_eps, H, &dst[t * H]);
   };
-  LayerContext ctx{c, batch, *cache_, options_.kda_chunk};
+  LayerContext ctx{c, shard_, *comm_, batch, *cache_, options_.kda_chunk};
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& lw = weights_.layers[il];
     mix(lw.attn_res_score, x, cur);                 // before the push below
@@ -115,6 +140,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
     } else {
       KdaForward(ctx, lw.kda, c.kind_index(il), hbuf.data(), delta.data());
     }
+    K3_RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), T * H));  // the heads' partial sums
     if (banked) {
       x = delta;                                    // a banked layer restarts the stream
     } else {
@@ -124,8 +150,9 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
     norm(lw.ffn_norm, cur, hbuf);
     if (c.is_dense(il)) {
       DenseFfnForward(ctx, lw.dense, hbuf.data(), delta.data());
+      K3_RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), T * H));  // the FFN bands' partials
     } else {
-      MoeForward(ctx, lw.moe, hbuf.data(), delta.data());
+      K3_RETURN_IF_ERROR(MoeForward(ctx, lw.moe, hbuf.data(), delta.data()));
     }
     for (int64_t i = 0; i < T * H; ++i) x[i] += delta[i];
   }
@@ -133,6 +160,8 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
   // ---- the output rows: final mix, norm, logits ----
   ForwardResult result;
   result.vocab = c.vocab;
+  result.band_begin = shard_.vocab_begin;
+  result.band_width = shard_.vocab_width;
   std::vector<int64_t> out_tokens;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TokenRun& r = batch.runs[i];
@@ -151,8 +180,8 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
                      weights_.output_res_score.data(), c.rms_eps, H, &y[k * H]);
     cpu::RmsNorm(&y[k * H], weights_.output_norm.data(), c.rms_eps, H, &y[k * H]);
   }
-  result.logits.resize(R * c.vocab);
-  quant::MatMul(weights_.output, y.data(), R, H, result.logits.data(), c.vocab);
+  result.logits.resize(R * shard_.vocab_width);
+  quant::MatMul(weights_.output, y.data(), R, H, result.logits.data(), shard_.vocab_width);
 
   for (const TokenRun& r : batch.runs) cache_->Commit(r.seq, r.count);
   return result;

@@ -12,13 +12,20 @@
 #include "worker/engine/model_weights.h"
 #include "worker/engine/sequence_cache.h"
 #include "worker/engine/token_batch.h"
+#include "collectives/communicator.h"
 #include "worker/model/k3_config.h"
+#include "worker/model/shard_rules.h"
 
 namespace k3::gguf { class GgufFile; }
 
 namespace k3::engine {
 
 struct EngineOptions {
+  // The worker group: this process is `rank` of plan.ranks; comm connects them (nullptr: a
+  // local communicator, valid only for a 1-rank plan).
+  model::RankPlan plan;
+  int rank = 0;
+  coll::Communicator* comm = nullptr;
   int64_t max_seqs = 8;             // KDA state slots (sequences resident at once)
   int64_t cache_tokens = 0;         // MLA cache capacity in tokens over all sequences; 0 = max_seqs x context_length (capped at 1M)
   int64_t page_size = 64;           // MLA cache rows per page
@@ -32,13 +39,17 @@ struct SeqInput {
   bool all_logits = false;  // logits of every token of the run, else only of the last
 };
 
+// Logits of this rank's vocabulary band [band_begin, band_begin + band_width); the full
+// vocabulary on one rank.
 struct ForwardResult {
-  int64_t vocab = 0;
-  std::vector<float> logits;       // [n_rows][vocab]
+  int64_t vocab = 0;               // the model's full vocabulary
+  int64_t band_begin = 0;
+  int64_t band_width = 0;
+  std::vector<float> logits;       // [n_rows][band_width]
   std::vector<int64_t> first_row;  // per SeqInput: its first row in `logits`
   std::vector<int64_t> n_rows;     // per SeqInput: 1, or its token count with all_logits
   const float* row(size_t input, int64_t i = 0) const {
-    return logits.data() + (first_row[input] + i) * vocab;
+    return logits.data() + (first_row[input] + i) * band_width;
   }
 };
 
@@ -50,6 +61,11 @@ class Engine {
   ~Engine();
 
   const model::K3Config& config() const { return config_; }
+  const model::RankShard& shard() const { return shard_; }
+  coll::Communicator& comm() { return *comm_; }
+  // Collectives one Forward call issues: the embedding, then per layer one after attention and
+  // one for the FFN (the MoE fuses its expert and shared partials into one).
+  int64_t CollectivesPerStep() const { return 1 + 2 * config_.n_layers; }
   SequenceCache& cache() { return *cache_; }
 
   // Runs the batch; each sequence must exist in the cache and appear at most once. Errors:
@@ -59,10 +75,13 @@ class Engine {
 
  private:
   Engine() = default;
-  void Embed(const TokenBatch& batch, float* x) const;
+  absl::Status Embed(const TokenBatch& batch, float* x);
 
   std::unique_ptr<gguf::GgufFile> file_;
   model::K3Config config_;
+  model::RankShard shard_;
+  std::unique_ptr<coll::Communicator> own_comm_;
+  coll::Communicator* comm_ = nullptr;
   ModelWeights weights_;
   EngineOptions options_;
   std::unique_ptr<SequenceCache> cache_;

@@ -13,8 +13,9 @@ namespace k3::engine {
 void KdaForward(const LayerContext& ctx, const KdaWeights& w, int64_t kda_index, const float* h,
                 float* out) {
   const model::K3Config& c = ctx.config;
-  const int64_t T = ctx.batch.n_tokens(), H = c.hidden, D = c.kda_inner();
-  const int64_t nh = c.n_heads, hd = c.kda_head_dim, taps = c.conv_kernel;
+  const int64_t nh = ctx.shard.n_heads;  // this rank's heads
+  const int64_t T = ctx.batch.n_tokens(), H = c.hidden, D = nh * c.kda_head_dim;
+  const int64_t hd = c.kda_head_dim, taps = c.conv_kernel;
   const float eps = c.rms_eps;
 
   // Projections, then the causal short conv (with each sequence's history) and SiLU.

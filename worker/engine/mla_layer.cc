@@ -13,7 +13,7 @@ namespace k3::engine {
 void MlaForward(const LayerContext& ctx, const MlaWeights& w, int64_t mla_index, const float* h,
                 float* out) {
   const model::K3Config& c = ctx.config;
-  const int64_t T = ctx.batch.n_tokens(), H = c.hidden, nh = c.n_heads;
+  const int64_t T = ctx.batch.n_tokens(), H = c.hidden, nh = ctx.shard.n_heads;  // this rank's heads
   const int64_t nope = c.qk_nope_dim, rope = c.qk_rope_dim, qk = c.mla_qk_head_dim();
   const int64_t lora = c.kv_lora_rank, row = c.mla_row, vd = c.v_head_dim, ql = c.q_lora_rank;
   const float eps = c.rms_eps;

@@ -3,11 +3,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/quant/dot.h"
 #include "worker/model/k3_config.h"
+#include "worker/model/shard_rules.h"
 
 namespace k3::gguf { class GgufFile; }
 
@@ -24,8 +26,9 @@ struct MatrixStack {
   int64_t cols = 0;          // in
   int64_t count = 0;         // n (experts or heads)
   size_t row_bytes = 0;
+  size_t matrix_stride = 0;  // bytes from one matrix to the next (> rows*row_bytes for a band)
   QuantMatrix at(int64_t i) const {
-    return QuantMatrix{type, data + static_cast<size_t>(i) * rows * row_bytes, rows, cols, row_bytes};
+    return QuantMatrix{type, data + static_cast<size_t>(i) * matrix_stride, rows, cols, row_bytes};
   }
 };
 
@@ -82,15 +85,19 @@ struct LayerWeights {
   MoeWeights moe;              // otherwise
 };
 
+// Sizes below are this rank's: a row split keeps `rows` of the full matrix (pointing into
+// the mapped file), a column split is copied into owned storage (only its bytes are read).
 struct ModelWeights {
-  QuantMatrix token_embd;      // {hidden, vocab}
-  QuantMatrix output;          // {hidden, vocab}
+  QuantMatrix token_embd;      // {hidden, vocab band}
+  QuantMatrix output;          // {hidden, vocab band}
   Vec output_norm, output_res_score;
   std::vector<LayerWeights> layers;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> owned;  // column-split copies
 };
 
-// Binds every tensor of a validated file (ValidateManifest first). The file must outlive
-// the result: matrices point into its mapping.
-absl::StatusOr<ModelWeights> BindWeights(const model::K3Config& config, const gguf::GgufFile& file);
+// Binds this rank's shard of every tensor of a validated file (ValidateManifest first). The
+// file must outlive the result: row-split matrices point into its mapping.
+absl::StatusOr<ModelWeights> BindWeights(const model::K3Config& config, const gguf::GgufFile& file,
+                                         const model::RankShard& shard);
 
 }  // namespace k3::engine

@@ -112,7 +112,7 @@ std::string FormatText(const GgufFile& f, const InspectOptions& opt) {
 
   out += "\nby type:\n";
   absl::StrAppendFormat(&out, "  %-7s  %8s  %16s  %16s  %12s  %7s\n", "type", "tensors", "elements",
-                        "bytes", "", "bits/el");
+                        "bytes", "size", "bits/el");
   for (const auto& [id, tt] : totals.by_type) {
     absl::StrAppendFormat(&out, "  %-7s  %8d  %16d  %16d  %12s  %7s\n",
                           quant::TypeName(static_cast<quant::GgmlType>(id)), tt.tensors,

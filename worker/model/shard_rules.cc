@@ -33,6 +33,58 @@ ShardAxis AxisFor(const TensorSpec& s) {
   return ShardAxis::kReplicated;
 }
 
+RankShard ShardFor(const K3Config& c, const RankPlan& p, int rank) {
+  RankShard s;
+  s.rank = rank;
+  s.ranks = p.ranks;
+  s.n_heads = c.n_heads / p.ranks;
+  s.head_begin = rank * s.n_heads;
+  s.dense_width = c.dense_ffn / p.ranks;
+  s.dense_begin = rank * s.dense_width;
+  s.shared_width = c.shared_ffn() / p.ranks;
+  s.shared_begin = rank * s.shared_width;
+  const int bands = p.expert_bands();
+  const int group = rank / bands, band = rank % bands;
+  s.n_experts = c.n_experts / p.expert_groups;
+  s.expert_begin = group * s.n_experts;
+  s.expert_ffn_width = c.expert_ffn / bands;
+  s.expert_ffn_begin = band * s.expert_ffn_width;
+  s.vocab_width = c.vocab / p.ranks;
+  s.vocab_begin = rank * s.vocab_width;
+  return s;
+}
+
+SliceRange SliceOf(const K3Config& c, const TensorSpec& spec, const RankShard& s) {
+  SliceRange r;
+  const ShardAxis axis = AxisFor(spec);
+  if (axis == ShardAxis::kReplicated) return r;
+  if (axis == ShardAxis::kExperts) {
+    r.dim = 2;
+    r.begin = s.expert_begin;
+    r.end = s.expert_begin + s.n_experts;
+    r.dim2 = spec.base == "ffn_down_exps" ? 0 : 1;  // down reads the FFN band, gate/up write it
+    r.begin2 = s.expert_ffn_begin;
+    r.end2 = s.expert_ffn_begin + s.expert_ffn_width;
+    return r;
+  }
+  if (axis == ShardAxis::kStack) {
+    r.dim = 2;
+    r.begin = s.head_begin;
+    r.end = s.head_begin + s.n_heads;
+    return r;
+  }
+  // Split along ne[1] (kOut; for 1-D per-head/per-channel vectors and convs, their last dim)
+  // or ne[0] (kIn). The width of the split decides the unit: heads, channels, bands, vocab.
+  r.dim = axis == ShardAxis::kIn ? 0 : static_cast<int>(spec.ne.size() == 1 ? 0 : spec.ne.size() - 1);
+  if (spec.role == TensorRole::kConv) r.dim = 2;
+  const int64_t n = spec.ne[r.dim];
+  const int64_t width = n / s.ranks;
+  r.begin = s.rank * width;
+  r.end = r.begin + width;
+  (void)c;
+  return r;
+}
+
 std::string AxisName(ShardAxis axis) {
   switch (axis) {
     case ShardAxis::kReplicated: return "replicated";

@@ -34,6 +34,32 @@ enum class ShardAxis {
 
 ShardAxis AxisFor(const TensorSpec& spec);
 
+// What one rank holds, in model coordinates (begin + width along each split dimension).
+struct RankShard {
+  int rank = 0;
+  int ranks = 1;
+  int64_t head_begin = 0, n_heads = 0;               // attention heads, KDA and MLA alike
+  int64_t dense_begin = 0, dense_width = 0;          // band of the dense FFN
+  int64_t shared_begin = 0, shared_width = 0;        // band of the shared-expert FFN
+  int64_t expert_begin = 0, n_experts = 0;           // routed experts of this rank's group
+  int64_t expert_ffn_begin = 0, expert_ffn_width = 0;  // band of each routed expert's FFN
+  int64_t vocab_begin = 0, vocab_width = 0;          // band of the embedding and LM head
+};
+
+// The shard of `rank` under `plan` (CheckPlan first).
+RankShard ShardFor(const K3Config& config, const RankPlan& plan, int rank);
+
+// Element ranges of `spec` that `rank` holds, as [begin, end) along the split dimension
+// (ne[0], ne[1] or ne[2] per AxisFor; for kExperts two ranges: ne[2] experts and the FFN
+// band along the expert's FFN dimension). Used to prove the plan tiles every tensor.
+struct SliceRange {
+  int dim = -1;  // -1: the whole tensor (replicated)
+  int64_t begin = 0, end = 0;
+  int dim2 = -1;  // a second split (experts: the FFN band), -1 if none
+  int64_t begin2 = 0, end2 = 0;
+};
+SliceRange SliceOf(const K3Config& config, const TensorSpec& spec, const RankShard& shard);
+
 // Checks that every split divides evenly and keeps quant blocks whole.
 absl::Status CheckPlan(const K3Config& config, const RankPlan& plan);
 
