@@ -33,9 +33,9 @@ absl::StatusOr<std::string> ByteCursor::ReadString(std::string_view what, uint64
         "offset %d: %s has length %d, over the limit of %d bytes", at, what, *len, max_len));
   }
   if (remaining() < *len) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "offset %d: %s has length %d but only %d bytes are left in the file", at, what, *len,
-        remaining()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("offset %d: %s has length %d but only %d bytes are left in the file", at,
+                        what, *len, remaining()));
   }
   std::string out(reinterpret_cast<const char*>(bytes_.data() + pos_), *len);
   pos_ += *len;

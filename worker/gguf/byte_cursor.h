@@ -17,7 +17,8 @@
 namespace k3::gguf::internal {
 
 // Files are little-endian and values are copied byte for byte.
-static_assert(std::endian::native == std::endian::little, "GGUF reader assumes a little-endian host");
+static_assert(std::endian::native == std::endian::little,
+              "GGUF reader assumes a little-endian host");
 
 class ByteCursor {
  public:

@@ -1,6 +1,13 @@
 // libFuzzer target: any byte string must open cleanly or fail with a status, never crash,
 // hang or read out of bounds. Opened with and without allow_header_only, and everything
 // the file claims is read back through the public API.
+//
+//   CC=clang-14 CXX=clang++-14 cmake -S . -B build/gguf-fuzz -G Ninja -DK3_FUZZ=ON
+//       -DK3_BUILD_TESTS=OFF -DK3_WITH_GRPC=OFF -DK3_WITH_MPI=OFF -DK3_WITH_CUDA=OFF
+//   cmake --build build/gguf-fuzz --target fuzz_gguf
+//   build/gguf/tests/gguf/k3-gguf-fuzz-seeds build/gguf-fuzz/seeds   # from a test build
+//   build/gguf-fuzz/worker/gguf/fuzz_gguf -max_total_time=60 -max_len=4096
+//       build/gguf-fuzz/corpus build/gguf-fuzz/seeds
 
 #include <cstddef>
 #include <cstdint>

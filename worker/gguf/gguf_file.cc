@@ -36,9 +36,9 @@ absl::StatusOr<internal::Metadata> CheckedShardMetadata(const std::string& path,
   if (md.Find(kSplitNoKey) != nullptr) {
     K3_ASSIGN_OR_RETURN(const uint16_t no, md.GetScalar<uint16_t>(kSplitNoKey));
     if (no != k) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s is %d, but this file is shard %d of %d (%s counts from 0)", path, kSplitNoKey,
-          no, k + 1, n, kSplitNoKey));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s is %d, but this file is shard %d of %d (%s counts from 0)", path,
+                          kSplitNoKey, no, k + 1, n, kSplitNoKey));
     }
   }
   if (md.Find(kSplitCountKey) != nullptr) {
@@ -60,8 +60,7 @@ absl::StatusOr<Contents> Assemble(const std::vector<std::string>& paths,
   for (int k = 0; k < n; ++k) {
     internal::ParsedGguf& s = shards[k];
     const std::string& path = paths[k];
-    K3_ASSIGN_OR_RETURN(internal::Metadata md,
-                        CheckedShardMetadata(path, k, n, std::move(s.kvs)));
+    K3_ASSIGN_OR_RETURN(internal::Metadata md, CheckedShardMetadata(path, k, n, std::move(s.kvs)));
     if (k == 0) {
       impl.metadata = std::move(md);
       impl.version = s.version;
@@ -72,20 +71,21 @@ absl::StatusOr<Contents> Assemble(const std::vector<std::string>& paths,
       t.shard = k;
       const auto [it, inserted] = impl.tensor_index.emplace(t.name, impl.tensors.size());
       if (!inserted) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "tensor %s appears in shard %d (%s) and again in shard %d (%s)", QuoteForDisplay(t.name),
-            impl.tensors[it->second].shard + 1, paths[impl.tensors[it->second].shard],
-            k + 1, path));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("tensor %s appears in shard %d (%s) and again in shard %d (%s)",
+                            QuoteForDisplay(t.name), impl.tensors[it->second].shard + 1,
+                            paths[impl.tensors[it->second].shard], k + 1, path));
       }
       impl.tensors.push_back(std::move(t));
     }
   }
   if (impl.metadata.Find(kSplitTensorsCountKey) != nullptr) {
-    K3_ASSIGN_OR_RETURN(const int32_t total, impl.metadata.GetScalar<int32_t>(kSplitTensorsCountKey));
+    K3_ASSIGN_OR_RETURN(const int32_t total,
+                        impl.metadata.GetScalar<int32_t>(kSplitTensorsCountKey));
     if (total < 0 || static_cast<uint64_t>(total) != impl.tensors.size()) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: %s is %d, but the %d shard(s) hold %d tensors", paths[0],
-          kSplitTensorsCountKey, total, n, impl.tensors.size()));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: %s is %d, but the %d shard(s) hold %d tensors", paths[0],
+                          kSplitTensorsCountKey, total, n, impl.tensors.size()));
     }
   }
   return impl;
@@ -96,7 +96,7 @@ absl::StatusOr<Contents> Assemble(const std::vector<std::string>& paths,
 struct GgufFile::Impl {
   std::vector<std::string> shard_paths;
   std::vector<std::unique_ptr<internal::MappedFile>> maps;  // one per shard (Open)
-  std::vector<uint8_t> owned;                                // the image (OpenFromMemory)
+  std::vector<uint8_t> owned;                               // the image (OpenFromMemory)
   Contents c;
 };
 
@@ -109,9 +109,9 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::Open(const std::string& path
   Impl& impl = *file->impl_;
   if (const std::optional<ShardName> shard = ParseShardPath(path)) {
     if (shard->count < 1 || shard->index < 1 || shard->index > shard->count) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "%s: the name says shard %d of %d, which is no valid shard", path, shard->index,
-          shard->count));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: the name says shard %d of %d, which is no valid shard", path,
+                          shard->index, shard->count));
     }
     for (int i = 1; i <= shard->count; ++i) {
       impl.shard_paths.push_back(ShardPath(shard->prefix, i, shard->count));

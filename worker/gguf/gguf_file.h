@@ -85,7 +85,7 @@ class GgufFile {
   // ---- tensors ----
   const TensorInfo* FindTensor(std::string_view name) const;  // nullptr when absent
   std::span<const TensorInfo> tensors() const;
-  bool header_only() const;
+  bool header_only() const;  // tensor data absent (from any shard); needs allow_header_only
   uint32_t version() const;
   uint32_t alignment() const;
   const std::vector<std::string>& shard_paths() const;

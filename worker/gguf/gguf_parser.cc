@@ -19,10 +19,10 @@ namespace k3::gguf::internal {
 namespace {
 
 // Smallest possible encodings, used to bound counts by the bytes left before allocating.
-constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;          // key len, 1-byte key, type, u8
+constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;              // key len, 1-byte key, type, u8
 constexpr uint64_t kMinTensorBytes = 8 + 1 + 4 + 8 + 4 + 8;  // name, n_dims=1, ne, type, offset
-constexpr uint64_t kMinArrayBytes = 4 + 8;                // nested array: type + count
-constexpr uint64_t kMinStringBytes = 8;                   // length only
+constexpr uint64_t kMinArrayBytes = 4 + 8;                   // nested array: type + count
+constexpr uint64_t kMinStringBytes = 8;                      // length only
 // Arrays of arrays are skipped, not stored; bound their depth so recursion stays shallow.
 constexpr int kMaxNesting = 8;
 // Never reserve more than this many elements up front: a vector then grows only as fast as
@@ -73,7 +73,8 @@ class Parser {
     const uint32_t v = out_.version;
     if (v != 0 && (v & 0xFFFF) == 0) {
       return Corrupt(4, absl::StrFormat("version field is 0x%08x: a big-endian GGUF file? "
-                                        "only little-endian files are supported", v));
+                                        "only little-endian files are supported",
+                                        v));
     }
     if (v != 2 && v != 3) {
       return Corrupt(4, absl::StrFormat("GGUF version %d is not supported (only 2 and 3)", v));
@@ -129,16 +130,16 @@ class Parser {
     if (v.elem_type == ValueType::kString) {
       v.strings.reserve(std::min(v.count, kMaxReserve));
       for (uint64_t i = 0; i < v.count; ++i) {
-        K3_ASSIGN_OR_RETURN(std::string s, in_.ReadString(absl::StrCat("array string ", i),
-                                                          kMaxStringBytes));
+        K3_ASSIGN_OR_RETURN(std::string s,
+                            in_.ReadString(absl::StrCat("array string ", i), kMaxStringBytes));
         v.strings.push_back(std::move(s));
       }
     } else if (v.elem_type == ValueType::kArray) {
       for (uint64_t i = 0; i < v.count; ++i) K3_RETURN_IF_ERROR(SkipArray(1));
     } else {
       // count * size cannot overflow: CheckCount bounded count by remaining / size.
-      K3_ASSIGN_OR_RETURN(auto bytes, in_.ReadBytes(v.count * ValueTypeSize(v.elem_type),
-                                                    "array elements"));
+      K3_ASSIGN_OR_RETURN(auto bytes,
+                          in_.ReadBytes(v.count * ValueTypeSize(v.elem_type), "array elements"));
       v.raw.assign(bytes.begin(), bytes.end());
     }
     return v;
@@ -176,15 +177,16 @@ class Parser {
     absl::flat_hash_map<std::string, uint64_t> seen;
     for (uint64_t i = 0; i < n_kv; ++i) {
       const uint64_t at = in_.offset();
-      K3_ASSIGN_OR_RETURN(std::string key,
-                          in_.ReadString(absl::StrCat("key of metadata entry ", i), kMaxStringBytes));
+      K3_ASSIGN_OR_RETURN(std::string key, in_.ReadString(absl::StrCat("key of metadata entry ", i),
+                                                          kMaxStringBytes));
       if (key.empty()) return Corrupt(at, absl::StrFormat("metadata entry %d has an empty key", i));
       const auto [it, inserted] = seen.emplace(key, i);
       if (!inserted) {
         return Corrupt(at, absl::StrFormat("duplicate key %s (metadata entries %d and %d)",
                                            QuoteForDisplay(key), it->second, i));
       }
-      const std::string where = absl::StrFormat("metadata entry %d (key %s): ", i, QuoteForDisplay(key));
+      const std::string where =
+          absl::StrFormat("metadata entry %d (key %s): ", i, QuoteForDisplay(key));
       absl::StatusOr<ValueType> type = ReadValueType("value type");
       if (!type.ok()) return Prefixed(type.status(), where);
       absl::StatusOr<Value> value = ReadValue(*type);
@@ -231,8 +233,8 @@ class Parser {
   absl::StatusOr<TensorInfo> ReadTensorInfo(uint64_t index) {
     TensorInfo t;
     const uint64_t at = in_.offset();
-    K3_ASSIGN_OR_RETURN(t.name, in_.ReadString(absl::StrCat("name of tensor ", index),
-                                               kMaxStringBytes));
+    K3_ASSIGN_OR_RETURN(t.name,
+                        in_.ReadString(absl::StrCat("name of tensor ", index), kMaxStringBytes));
     if (t.name.empty()) return Corrupt(at, absl::StrFormat("tensor %d has an empty name", index));
     const std::string what = absl::StrFormat("tensor %s", QuoteForDisplay(t.name));
     const uint64_t dims_at = in_.offset();
@@ -295,8 +297,8 @@ class Parser {
       uint64_t end = 0;
       if (__builtin_add_overflow(out_.data_offset, rel, &t.file_offset) ||
           __builtin_add_overflow(t.file_offset, t.n_bytes, &end)) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "tensor %s: data offset %d + size %d overflows", name, rel, t.n_bytes));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("tensor %s: data offset %d + size %d overflows", name, rel, t.n_bytes));
       }
       if (end > file_size && first_missing == nullptr) first_missing = &t;
     }
@@ -328,10 +330,10 @@ class Parser {
       const TensorInfo& a = *order[i - 1];
       const TensorInfo& b = *order[i];
       if (a.file_offset + a.n_bytes > b.file_offset) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "tensors %s [%d, %d) and %s [%d, %d) overlap", QuoteForDisplay(a.name), a.file_offset,
-            a.file_offset + a.n_bytes, QuoteForDisplay(b.name), b.file_offset,
-            b.file_offset + b.n_bytes));
+        return absl::InvalidArgumentError(
+            absl::StrFormat("tensors %s [%d, %d) and %s [%d, %d) overlap", QuoteForDisplay(a.name),
+                            a.file_offset, a.file_offset + a.n_bytes, QuoteForDisplay(b.name),
+                            b.file_offset, b.file_offset + b.n_bytes));
       }
     }
     return absl::OkStatus();

@@ -22,19 +22,32 @@ std::string ShortestFloat(T v) {
 
 std::string_view ValueTypeName(ValueType t) {
   switch (t) {
-    case ValueType::kU8: return "u8";
-    case ValueType::kI8: return "i8";
-    case ValueType::kU16: return "u16";
-    case ValueType::kI16: return "i16";
-    case ValueType::kU32: return "u32";
-    case ValueType::kI32: return "i32";
-    case ValueType::kF32: return "f32";
-    case ValueType::kBool: return "bool";
-    case ValueType::kString: return "string";
-    case ValueType::kArray: return "array";
-    case ValueType::kU64: return "u64";
-    case ValueType::kI64: return "i64";
-    case ValueType::kF64: return "f64";
+    case ValueType::kU8:
+      return "u8";
+    case ValueType::kI8:
+      return "i8";
+    case ValueType::kU16:
+      return "u16";
+    case ValueType::kI16:
+      return "i16";
+    case ValueType::kU32:
+      return "u32";
+    case ValueType::kI32:
+      return "i32";
+    case ValueType::kF32:
+      return "f32";
+    case ValueType::kBool:
+      return "bool";
+    case ValueType::kString:
+      return "string";
+    case ValueType::kArray:
+      return "array";
+    case ValueType::kU64:
+      return "u64";
+    case ValueType::kI64:
+      return "i64";
+    case ValueType::kF64:
+      return "f64";
   }
   return "unknown";
 }
@@ -43,17 +56,22 @@ uint64_t ValueTypeSize(ValueType t) {
   switch (t) {
     case ValueType::kU8:
     case ValueType::kI8:
-    case ValueType::kBool: return 1;
+    case ValueType::kBool:
+      return 1;
     case ValueType::kU16:
-    case ValueType::kI16: return 2;
+    case ValueType::kI16:
+      return 2;
     case ValueType::kU32:
     case ValueType::kI32:
-    case ValueType::kF32: return 4;
+    case ValueType::kF32:
+      return 4;
     case ValueType::kU64:
     case ValueType::kI64:
-    case ValueType::kF64: return 8;
+    case ValueType::kF64:
+      return 8;
     case ValueType::kString:
-    case ValueType::kArray: return 0;
+    case ValueType::kArray:
+      return 0;
   }
   return 0;
 }
@@ -92,19 +110,32 @@ std::string ValueTypeLabel(const Value& v) {
 
 std::string FormatElement(const Value& v, uint64_t i) {
   switch (v.elem_type) {
-    case ValueType::kU8: return absl::StrCat(v.Element<uint8_t>(i));
-    case ValueType::kI8: return absl::StrCat(v.Element<int8_t>(i));
-    case ValueType::kU16: return absl::StrCat(v.Element<uint16_t>(i));
-    case ValueType::kI16: return absl::StrCat(v.Element<int16_t>(i));
-    case ValueType::kU32: return absl::StrCat(v.Element<uint32_t>(i));
-    case ValueType::kI32: return absl::StrCat(v.Element<int32_t>(i));
-    case ValueType::kU64: return absl::StrCat(v.Element<uint64_t>(i));
-    case ValueType::kI64: return absl::StrCat(v.Element<int64_t>(i));
-    case ValueType::kF32: return ShortestFloat(v.Element<float>(i));
-    case ValueType::kF64: return ShortestFloat(v.Element<double>(i));
-    case ValueType::kBool: return v.Element<bool>(i) ? "true" : "false";
-    case ValueType::kString: return QuoteForDisplay(v.strings[i]);
-    case ValueType::kArray: return "[...]";
+    case ValueType::kU8:
+      return absl::StrCat(v.Element<uint8_t>(i));
+    case ValueType::kI8:
+      return absl::StrCat(v.Element<int8_t>(i));
+    case ValueType::kU16:
+      return absl::StrCat(v.Element<uint16_t>(i));
+    case ValueType::kI16:
+      return absl::StrCat(v.Element<int16_t>(i));
+    case ValueType::kU32:
+      return absl::StrCat(v.Element<uint32_t>(i));
+    case ValueType::kI32:
+      return absl::StrCat(v.Element<int32_t>(i));
+    case ValueType::kU64:
+      return absl::StrCat(v.Element<uint64_t>(i));
+    case ValueType::kI64:
+      return absl::StrCat(v.Element<int64_t>(i));
+    case ValueType::kF32:
+      return ShortestFloat(v.Element<float>(i));
+    case ValueType::kF64:
+      return ShortestFloat(v.Element<double>(i));
+    case ValueType::kBool:
+      return v.Element<bool>(i) ? "true" : "false";
+    case ValueType::kString:
+      return QuoteForDisplay(v.strings[i]);
+    case ValueType::kArray:
+      return "[...]";
   }
   return "?";
 }

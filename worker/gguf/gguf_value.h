@@ -21,6 +21,7 @@ bool IsKnownValueType(uint32_t id);
 
 // The GGUF type of a C++ scalar (u8..f64, bool).
 template <typename T> struct ValueTypeOf;
+// clang-format off
 template <> struct ValueTypeOf<uint8_t> { static constexpr ValueType kType = ValueType::kU8; };
 template <> struct ValueTypeOf<int8_t> { static constexpr ValueType kType = ValueType::kI8; };
 template <> struct ValueTypeOf<uint16_t> { static constexpr ValueType kType = ValueType::kU16; };
@@ -32,6 +33,7 @@ template <> struct ValueTypeOf<int64_t> { static constexpr ValueType kType = Val
 template <> struct ValueTypeOf<float> { static constexpr ValueType kType = ValueType::kF32; };
 template <> struct ValueTypeOf<double> { static constexpr ValueType kType = ValueType::kF64; };
 template <> struct ValueTypeOf<bool> { static constexpr ValueType kType = ValueType::kBool; };
+// clang-format on
 
 // A scalar is stored as an array of one element, so scalars and arrays share one code path.
 // Fixed-size elements live in `raw` exactly as the file has them (little-endian), which

@@ -101,17 +101,18 @@ GgufWriter::~GgufWriter() {
 
 absl::Status GgufWriter::Set(std::string_view key, Value value) {
   if (s_->phase != State::Phase::kDeclaring) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: cannot set key %s after Begin()", s_->path, QuoteForDisplay(key)));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: cannot set key %s after Begin()", s_->path, QuoteForDisplay(key)));
   }
   if (key.empty() || key.size() > internal::kMaxStringBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(s_->path, ": metadata keys must be 1 byte to 1 GiB"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(s_->path, ": metadata keys must be 1 byte to 1 GiB"));
   }
   K3_RETURN_IF_ERROR(CheckWritable(key, value));
   if (key == internal::kAlignmentKey) {
     if (value.type != ValueType::kU32) {
-      return absl::InvalidArgumentError(absl::StrFormat("%s: key %s must be u32, not %s", s_->path,
-                                                        key, ValueTypeLabel(value)));
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: key %s must be u32, not %s", s_->path, key, ValueTypeLabel(value)));
     }
     const uint32_t a = value.Element<uint32_t>(0);
     if (a == 0 || (a & (a - 1)) != 0) {
@@ -183,7 +184,8 @@ absl::Status GgufWriter::State::Plan() {
     }
     uint64_t next = 0;
     const bool overflows = __builtin_add_overflow(shard_bytes, padded, &next);
-    const bool full_count = options.max_shard_tensors > 0 && shard_tensors >= options.max_shard_tensors;
+    const bool full_count =
+        options.max_shard_tensors > 0 && shard_tensors >= options.max_shard_tensors;
     const bool full_bytes = options.max_shard_bytes > 0 && next > options.max_shard_bytes;
     if (shard_tensors > 0 && (full_count || full_bytes || overflows)) {
       ++shard;
@@ -197,11 +199,13 @@ absl::Status GgufWriter::State::Plan() {
   }
   const uint64_t n_shards = static_cast<uint64_t>(shard) + 1;
   if (n_shards > kMaxShards) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: the limits make %d shards; split.count allows at most %d", path, n_shards, kMaxShards));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: the limits make %d shards; split.count allows at most %d", path,
+                        n_shards, kMaxShards));
   }
   if (n_shards > 1 && tensors.size() > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": too many tensors for split.tensors.count"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": too many tensors for split.tensors.count"));
   }
   shard_paths.clear();
   if (n_shards == 1) {
@@ -227,7 +231,8 @@ void GgufWriter::State::EncodeHeaders() {
     std::vector<internal::KeyValue> shard_kvs;
     for (const internal::KeyValue& kv : kvs) {
       if (IsSplitKey(kv.key)) continue;
-      if (k == 0 || (kv.key == internal::kAlignmentKey && alignment != internal::kDefaultAlignment)) {
+      if (k == 0 ||
+          (kv.key == internal::kAlignmentKey && alignment != internal::kDefaultAlignment)) {
         shard_kvs.push_back(kv);
       }
     }
@@ -295,9 +300,9 @@ absl::Status GgufWriter::WriteTensorData(std::string_view name, std::span<const 
   State& s = *s_;
   if (!s.error.ok()) return s.error;
   if (s.phase != State::Phase::kWriting) {
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: tensor data can be written only between Begin() and Finish()%s", s.path,
-        s.options.header_only ? " (this writer is header-only)" : ""));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: tensor data can be written only between Begin() and Finish()%s",
+                        s.path, s.options.header_only ? " (this writer is header-only)" : ""));
   }
   const auto it = s.tensor_index.find(AsAbsl(name));
   if (it == s.tensor_index.end()) {
@@ -307,9 +312,9 @@ absl::Status GgufWriter::WriteTensorData(std::string_view name, std::span<const 
   const size_t idx = it->second;
   if (idx < s.current) {
     if (bytes.empty()) return absl::OkStatus();
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "%s: tensor %s already has all its %d bytes", s.path, QuoteForDisplay(name),
-        s.tensors[idx].n_bytes));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("%s: tensor %s already has all its %d bytes", s.path, QuoteForDisplay(name),
+                        s.tensors[idx].n_bytes));
   }
   if (idx > s.current) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -319,9 +324,9 @@ absl::Status GgufWriter::WriteTensorData(std::string_view name, std::span<const 
   }
   const PlannedTensor& t = s.tensors[idx];
   if (bytes.size() > t.n_bytes - s.current_done) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: tensor %s is %d bytes; %d were written and %d more do not fit", s.path,
-        QuoteForDisplay(name), t.n_bytes, s.current_done, bytes.size()));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: tensor %s is %d bytes; %d were written and %d more do not fit", s.path,
+                        QuoteForDisplay(name), t.n_bytes, s.current_done, bytes.size()));
   }
   if (absl::Status st = s.out->Write(bytes); !st.ok()) return s.Fail(st);
   s.current_done += bytes.size();
@@ -342,9 +347,9 @@ absl::Status GgufWriter::WriteTensors(const TensorSource& source) {
     };
     K3_RETURN_IF_ERROR(source(t, sink));
     if (s.current <= i) {
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "%s: the source gave tensor %s %d of its %d bytes", s.path, QuoteForDisplay(t.name),
-          s.current_done, t.n_bytes));
+      return absl::FailedPreconditionError(
+          absl::StrFormat("%s: the source gave tensor %s %d of its %d bytes", s.path,
+                          QuoteForDisplay(t.name), s.current_done, t.n_bytes));
     }
   }
   return absl::OkStatus();

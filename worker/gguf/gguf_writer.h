@@ -71,7 +71,9 @@ class GgufWriter {
   absl::Status SetF32(std::string_view key, float v) { return Set(key, MakeScalar(v)); }
   absl::Status SetF64(std::string_view key, double v) { return Set(key, MakeScalar(v)); }
   absl::Status SetBool(std::string_view key, bool v) { return Set(key, MakeScalar(v)); }
-  absl::Status SetString(std::string_view key, std::string_view v) { return Set(key, MakeString(v)); }
+  absl::Status SetString(std::string_view key, std::string_view v) {
+    return Set(key, MakeString(v));
+  }
   // Arrays of u8..f64 (the element type follows T), bool and string.
   template <typename T>
   absl::Status SetArray(std::string_view key, const std::vector<T>& v) {

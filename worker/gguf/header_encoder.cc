@@ -33,7 +33,9 @@ class Encoder {
       PutBytes(v.raw);
     }
   }
-  void PadTo(uint32_t alignment) { out_.resize((out_.size() + alignment - 1) / alignment * alignment, 0); }
+  void PadTo(uint32_t alignment) {
+    out_.resize((out_.size() + alignment - 1) / alignment * alignment, 0);
+  }
   std::vector<uint8_t> Take() { return std::move(out_); }
 
  private:

@@ -50,7 +50,9 @@ std::string Display(std::string_view s) {
   return q;
 }
 
-std::string Shape(const std::vector<int64_t>& ne) { return absl::StrCat("{", absl::StrJoin(ne, ", "), "}"); }
+std::string Shape(const std::vector<int64_t>& ne) {
+  return absl::StrCat("{", absl::StrJoin(ne, ", "), "}");
+}
 
 std::string HumanBytes(uint64_t b) {
   const double mib = static_cast<double>(b) / (1024.0 * 1024.0);
@@ -60,15 +62,16 @@ std::string HumanBytes(uint64_t b) {
 
 std::string BitsPerElement(const TypeTotals& t) {
   if (t.elements == 0) return "-";
-  return absl::StrFormat("%.3f", 8.0 * static_cast<double>(t.bytes) / static_cast<double>(t.elements));
+  return absl::StrFormat("%.3f",
+                         8.0 * static_cast<double>(t.bytes) / static_cast<double>(t.elements));
 }
 
 std::string FormatText(const GgufFile& f, const InspectOptions& opt) {
   const Totals totals = Summarize(f);
   const std::vector<std::string> keys = f.Keys();
-  std::string out = absl::StrFormat("%s: GGUF v%d, alignment %d, %d keys, %d tensors",
-                                    f.shard_paths()[0], f.version(), f.alignment(), keys.size(),
-                                    f.tensors().size());
+  std::string out =
+      absl::StrFormat("%s: GGUF v%d, alignment %d, %d keys, %d tensors", f.shard_paths()[0],
+                      f.version(), f.alignment(), keys.size(), f.tensors().size());
   if (f.shard_paths().size() > 1) absl::StrAppend(&out, ", ", f.shard_paths().size(), " shards");
   if (f.header_only()) absl::StrAppend(&out, ", header only (no tensor data)");
   out += "\n";
@@ -142,10 +145,14 @@ std::string JsonElement(const Value& v, uint64_t i) {
       const auto res = std::to_chars(buf, buf + sizeof(buf), x);  // float's shortest form
       return std::string(buf, res.ptr);
     }
-    case ValueType::kF64: return JsonFloat(v.Element<double>(i));
-    case ValueType::kString: return JsonQuote(v.strings[i]);
-    case ValueType::kArray: return "null";
-    default: return FormatElement(v, i);  // integers and bools print as JSON already
+    case ValueType::kF64:
+      return JsonFloat(v.Element<double>(i));
+    case ValueType::kString:
+      return JsonQuote(v.strings[i]);
+    case ValueType::kArray:
+      return "null";
+    default:
+      return FormatElement(v, i);  // integers and bools print as JSON already
   }
 }
 
@@ -173,13 +180,14 @@ std::string FormatJson(const GgufFile& f, const InspectOptions& opt) {
   std::vector<std::string> shards;
   for (const std::string& p : f.shard_paths()) shards.push_back(JsonQuote(p));
   std::string out = "{\n";
-  absl::StrAppendFormat(&out, "  \"path\": %s,\n  \"shards\": [%s],\n", JsonQuote(f.shard_paths()[0]),
-                        absl::StrJoin(shards, ", "));
+  absl::StrAppendFormat(&out, "  \"path\": %s,\n  \"shards\": [%s],\n",
+                        JsonQuote(f.shard_paths()[0]), absl::StrJoin(shards, ", "));
   absl::StrAppendFormat(&out, "  \"version\": %d,\n  \"alignment\": %d,\n  \"header_only\": %s,\n",
                         f.version(), f.alignment(), f.header_only() ? "true" : "false");
   std::vector<std::string> kvs;
   for (const std::string& k : f.Keys()) {
-    kvs.push_back(absl::StrCat("    ", JsonQuote(k), ": ", JsonValue(*f.FindValue(k), opt.max_array_items)));
+    kvs.push_back(
+        absl::StrCat("    ", JsonQuote(k), ": ", JsonValue(*f.FindValue(k), opt.max_array_items)));
   }
   absl::StrAppend(&out, "  \"metadata\": {\n", absl::StrJoin(kvs, ",\n"), "\n  },\n");
   if (opt.show_tensors) {

@@ -9,7 +9,7 @@
 namespace k3::gguf {
 
 struct InspectOptions {
-  bool show_tensors = true;    // the per-tensor table (totals are always shown)
+  bool show_tensors = true;  // the per-tensor table (totals are always shown)
   bool json = false;
   size_t max_array_items = 8;  // arrays are abbreviated after this many items
 };

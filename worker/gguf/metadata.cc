@@ -11,7 +11,8 @@ namespace {
 
 std::string Describe(const Value& v) {
   if (!v.is_array()) return std::string(ValueTypeName(v.type));
-  const std::string_view elem = v.elem_type == ValueType::kArray ? "arrays" : ValueTypeName(v.elem_type);
+  const std::string_view elem =
+      v.elem_type == ValueType::kArray ? "arrays" : ValueTypeName(v.elem_type);
   return absl::StrFormat("array of %s (%d items)", elem, v.count);
 }
 
@@ -32,11 +33,12 @@ absl::StatusOr<const Value*> Metadata::Expect(std::string_view key, ValueType wa
                                               bool array) const {
   const Value* v = Find(key);
   if (v == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("%s: key %s not found", path_, QuoteForDisplay(key)));
+    return absl::NotFoundError(
+        absl::StrFormat("%s: key %s not found", path_, QuoteForDisplay(key)));
   }
   if (v->is_array() != array || v->elem_type != want) {
-    const std::string wanted =
-        array ? absl::StrCat("array of ", AsAbsl(ValueTypeName(want))) : std::string(ValueTypeName(want));
+    const std::string wanted = array ? absl::StrCat("array of ", AsAbsl(ValueTypeName(want)))
+                                     : std::string(ValueTypeName(want));
     return absl::InvalidArgumentError(absl::StrFormat("%s: key %s has type %s, wanted %s", path_,
                                                       QuoteForDisplay(key), Describe(*v), wanted));
   }
@@ -58,11 +60,12 @@ absl::StatusOr<std::vector<std::string>> Metadata::GetStringArray(std::string_vi
 absl::StatusOr<uint64_t> Metadata::ArrayLength(std::string_view key) const {
   const Value* v = Find(key);
   if (v == nullptr) {
-    return absl::NotFoundError(absl::StrFormat("%s: key %s not found", path_, QuoteForDisplay(key)));
+    return absl::NotFoundError(
+        absl::StrFormat("%s: key %s not found", path_, QuoteForDisplay(key)));
   }
   if (!v->is_array()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%s: key %s has type %s, wanted an array", path_, QuoteForDisplay(key), Describe(*v)));
+    return absl::InvalidArgumentError(absl::StrFormat("%s: key %s has type %s, wanted an array",
+                                                      path_, QuoteForDisplay(key), Describe(*v)));
   }
   return v->count;
 }

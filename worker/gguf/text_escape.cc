@@ -14,10 +14,14 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
   size_t len = 0;
   uint32_t min_cp = 0;
   if (b0 < 0x80) return 1;
-  if ((b0 & 0xE0) == 0xC0) len = 2, min_cp = 0x80;
-  else if ((b0 & 0xF0) == 0xE0) len = 3, min_cp = 0x800;
-  else if ((b0 & 0xF8) == 0xF0) len = 4, min_cp = 0x10000;
-  else return 0;
+  if ((b0 & 0xE0) == 0xC0)
+    len = 2, min_cp = 0x80;
+  else if ((b0 & 0xF0) == 0xE0)
+    len = 3, min_cp = 0x800;
+  else if ((b0 & 0xF8) == 0xF0)
+    len = 4, min_cp = 0x10000;
+  else
+    return 0;
   if (i + len > s.size()) return 0;
   uint32_t cp = b0 & (0x7F >> len);
   for (size_t k = 1; k < len; ++k) {
@@ -36,11 +40,21 @@ std::string QuoteForDisplay(std::string_view s) {
   for (char c : s) {
     const auto u = static_cast<uint8_t>(c);
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (u < 0x20 || u == 0x7F) {
           out += absl::StrFormat("\\x%02x", u);
@@ -70,11 +84,21 @@ std::string JsonQuote(std::string_view s) {
     }
     const char c = s[i++];
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\t': out += "\\t"; break;
-      case '\r': out += "\\r"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
       default:
         if (static_cast<uint8_t>(c) < 0x20) {
           out += absl::StrFormat("\\u%04x", static_cast<uint8_t>(c));

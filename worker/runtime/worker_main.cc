@@ -1,0 +1,112 @@
+// k3-worker: one rank of a worker group, started by mpirun (one process per GPU, or per CPU
+// socket for the CPU backend). Rank 0 leads. Without a coordinator (--prompt) the leader runs
+// a greedy generation itself, which is how the group is smoke-tested and benchmarked.
+//
+//   mpirun -np 2 k3-worker --model m.gguf --prompt "1 2 3" --gen 16
+#include <chrono>
+#include <cstdio>
+
+#include <mpi.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "collectives/mpi_communicator.h"
+#include "spdlog/spdlog.h"
+#include "worker/common/cli_args.h"
+#include "worker/common/status_macros.h"
+#include "worker/engine/engine.h"
+#include "worker/gguf/gguf_file.h"
+#include "worker/model/plan_report.h"
+#include "worker/runtime/worker_group.h"
+
+namespace {
+
+using k3::runtime::Step;
+
+absl::Status Run(k3::CliArgs& args, int rank, int size) {
+  const std::string model = args.Str("model");
+  K3_ASSIGN_OR_RETURN(int64_t groups, args.Int("expert-groups", size));
+  K3_ASSIGN_OR_RETURN(int64_t max_seqs, args.Int("max-seqs", 8));
+  K3_ASSIGN_OR_RETURN(int64_t cache_tokens, args.Int("cache-tokens", 0));
+  K3_ASSIGN_OR_RETURN(int64_t timeout_ms, args.Int("timeout-ms", 60000));
+  K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
+  const std::string prompt = args.Str("prompt");
+  K3_RETURN_IF_ERROR(args.Finish());
+  if (model.empty()) return absl::InvalidArgumentError("--model is required");
+
+  auto comm = k3::coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(timeout_ms)});
+  k3::engine::EngineOptions opt;
+  opt.plan = {size, static_cast<int>(groups)};
+  opt.rank = rank;
+  opt.comm = comm.get();
+  opt.max_seqs = max_seqs;
+  opt.cache_tokens = cache_tokens;
+  K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model, opt));
+  if (rank == 0) {
+    auto file = k3::gguf::GgufFile::Open(model);
+    const k3::gguf::GgufFile* f = file->get();
+    std::printf("%s\n%s", engine->config().Summary().c_str(),
+                k3::model::DescribePlan(engine->config(), opt.plan, [f](const k3::model::TensorSpec& s) {
+                  return f->FindTensor(s.name)->type;
+                }).c_str());
+  }
+  k3::runtime::WorkerGroup group(*engine, *comm);
+  if (rank != 0) return group.FollowerLoop();
+
+  // Leader without a coordinator: greedy generation of one prompt.
+  std::vector<int32_t> ids;
+  for (absl::string_view piece : absl::StrSplit(prompt, ' ', absl::SkipEmpty())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(piece, &id)) return absl::InvalidArgumentError("--prompt wants token ids");
+    ids.push_back(id);
+  }
+  if (ids.empty()) ids = {1};
+  Step step;
+  step.id = 1;
+  step.add = {0};
+  step.entries = {{0, ids, 1, false, false}};
+  std::vector<int32_t> out;
+  const auto t0 = std::chrono::steady_clock::now();
+  auto t1 = t0;
+  for (int64_t i = 0; i < gen; ++i) {
+    K3_ASSIGN_OR_RETURN(auto result, group.LeaderStep(step));
+    const int32_t next = result.rows[0][0].top[0].token;
+    out.push_back(next);
+    if (i == 0) t1 = std::chrono::steady_clock::now();
+    step = Step{};
+    step.id = i + 2;
+    step.entries = {{0, {next}, 1, false, false}};
+  }
+  const auto t2 = std::chrono::steady_clock::now();
+  step = Step{};
+  step.id = gen + 2;
+  step.free = {0};
+  step.shutdown = true;
+  K3_RETURN_IF_ERROR(group.LeaderStep(step).status());
+  std::printf("generated:");
+  for (int32_t t : out) std::printf(" %d", t);
+  const double pre = std::chrono::duration<double>(t1 - t0).count();
+  const double dec = std::chrono::duration<double>(t2 - t1).count();
+  std::printf("\nprefill %zu tokens: %.3f s (%.1f tokens/s); decode %ld tokens: %.1f tokens/s\n", ids.size(), pre,
+              ids.size() / pre, static_cast<long>(gen - 1), gen > 1 ? (gen - 1) / dec : 0.0);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  k3::CliArgs args(argc, argv);
+  absl::Status s = Run(args, rank, size);
+  if (!s.ok()) {
+    std::fprintf(stderr, "k3-worker rank %d: %s\n", rank, std::string(s.message()).c_str());
+    // A failed group cannot finish MPI cleanly (peers may be gone): end the whole job.
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 1;
+  }
+  MPI_Finalize();
+  return 0;
+}
