@@ -26,11 +26,16 @@ class TempDir {
     std::error_code ec;
     std::filesystem::remove_all(path_, ec);
   }
-  std::string File(std::string_view name) const { return (std::filesystem::path(path_) / name).string(); }
+  std::string File(std::string_view name) const {
+    return (std::filesystem::path(path_) / name).string();
+  }
 
  private:
   std::string path_;
 };
+
+// A status message as std::string (Debian's absl::string_view does not work with gmock).
+inline std::string Msg(const absl::Status& s) { return std::string(s.message()); }
 
 inline std::vector<uint8_t> ReadAll(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -39,7 +44,8 @@ inline std::vector<uint8_t> ReadAll(const std::string& path) {
 
 inline void WriteAll(const std::string& path, std::span<const uint8_t> bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // Little-endian bytes, appended in file order.

@@ -14,8 +14,8 @@
 namespace k3::gguf {
 namespace {
 
-using ::testing::HasSubstr;
 using quant::GgmlType;
+using ::testing::HasSubstr;
 using testing::Pattern;
 using testing::ReadAll;
 using testing::TempDir;
@@ -106,7 +106,8 @@ TEST(GgufRoundTrip, EveryValueTypeAndSeveralTensorTypes) {
   EXPECT_EQ(*f.GetArrayU32("a.u32"), (std::vector<uint32_t>{0, 0, 0, 1, 0, 0, 0, 1}));
   EXPECT_EQ(*f.GetArrayI32("a.i32"), (std::vector<int32_t>{-7, 7, 1 << 30}));
   EXPECT_EQ(*f.GetArrayF32("a.f32"), (std::vector<float>{0.5f, -0.0f, 1e30f}));
-  EXPECT_EQ(*f.GetArrayString("a.str"), (std::vector<std::string>{"", "<|im_end|>", "\xe4\xb8\xad"}));
+  EXPECT_EQ(*f.GetArrayString("a.str"),
+            (std::vector<std::string>{"", "<|im_end|>", "\xe4\xb8\xad"}));
   EXPECT_EQ(*f.ArrayLength("a.empty"), 0u);
   EXPECT_EQ(*f.ArrayLength("a.bool"), 3u);
   EXPECT_EQ(f.TypeOf("a.bool"), ValueType::kArray);
@@ -188,15 +189,16 @@ TEST(GgufRoundTrip, ChunkedAndCallbackWritesGiveTheSameFile) {
     declare(w);
     int index = 0;
     std::vector<std::string> seen;
-    const absl::Status s = w.WriteTensors([&](const PlannedTensor& t, const GgufWriter::ChunkSink& sink) {
-      seen.push_back(t.name);
-      const std::vector<uint8_t> data = Pattern(t.n_bytes, index++);
-      for (size_t at = 0; at < data.size(); at += 5) {
-        const size_t n = std::min<size_t>(5, data.size() - at);
-        if (absl::Status st = sink(std::span(data).subspan(at, n)); !st.ok()) return st;
-      }
-      return absl::OkStatus();
-    });
+    const absl::Status s =
+        w.WriteTensors([&](const PlannedTensor& t, const GgufWriter::ChunkSink& sink) {
+          seen.push_back(t.name);
+          const std::vector<uint8_t> data = Pattern(t.n_bytes, index++);
+          for (size_t at = 0; at < data.size(); at += 5) {
+            const size_t n = std::min<size_t>(5, data.size() - at);
+            if (absl::Status st = sink(std::span(data).subspan(at, n)); !st.ok()) return st;
+          }
+          return absl::OkStatus();
+        });
     ASSERT_TRUE(s.ok()) << s;
     EXPECT_EQ(seen, (std::vector<std::string>{"a", "zero", "b"}));
     ASSERT_TRUE(w.Finish().ok());
@@ -254,29 +256,30 @@ TEST(GgufGetters, WrongTypeAndMissingKeysNameTheKey) {
 
   const absl::Status wrong = f.GetI32("kimi-k3.block_count").status();
   EXPECT_EQ(wrong.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(wrong.message(), HasSubstr("kimi-k3.block_count"));
-  EXPECT_THAT(wrong.message(), HasSubstr("has type u32, wanted i32"));
-  EXPECT_THAT(wrong.message(), HasSubstr(path));
+  EXPECT_THAT(testing::Msg(wrong), HasSubstr("kimi-k3.block_count"));
+  EXPECT_THAT(testing::Msg(wrong), HasSubstr("has type u32, wanted i32"));
+  EXPECT_THAT(testing::Msg(wrong), HasSubstr(path));
 
   const absl::Status missing = f.GetU32("kimi-k3.nope").status();
   EXPECT_EQ(missing.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(missing.message(), HasSubstr("kimi-k3.nope"));
+  EXPECT_THAT(testing::Msg(missing), HasSubstr("kimi-k3.nope"));
 
   const absl::Status arr = f.GetArrayU32("kimi-k3.attention.head_count_kv").status();
   EXPECT_EQ(arr.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(arr.message(), HasSubstr("kimi-k3.attention.head_count_kv"));
-  EXPECT_THAT(arr.message(), HasSubstr("array of i32 (2 items), wanted array of u32"));
+  EXPECT_THAT(testing::Msg(arr), HasSubstr("kimi-k3.attention.head_count_kv"));
+  EXPECT_THAT(testing::Msg(arr), HasSubstr("array of i32 (2 items), wanted array of u32"));
 
   const absl::Status scalar_as_array = f.GetArrayString("general.architecture").status();
   EXPECT_EQ(scalar_as_array.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(scalar_as_array.message(), HasSubstr("has type string, wanted array of string"));
+  EXPECT_THAT(testing::Msg(scalar_as_array), HasSubstr("has type string, wanted array of string"));
 
   const absl::Status array_as_scalar = f.GetString("tokenizer.ggml.tokens").status();
-  EXPECT_THAT(array_as_scalar.message(), HasSubstr("array of string (3 items), wanted string"));
+  EXPECT_THAT(testing::Msg(array_as_scalar), HasSubstr("array of string (3 items), wanted string"));
 
   EXPECT_EQ(f.GetF32("kimi-k3.block_count").status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.GetBool("general.architecture").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(f.ArrayLength("kimi-k3.block_count").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(f.ArrayLength("kimi-k3.block_count").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(f.ArrayLength("nope").status().code(), absl::StatusCode::kNotFound);
 
   EXPECT_EQ(f.ValueToString("general.architecture"), "\"kimi-k3\"");
@@ -291,11 +294,13 @@ TEST(GgufWriter, RefusesWhatReadersCouldNotLoad) {
   TempDir dir;
   GgufWriter w(dir.File("x.gguf"));
   EXPECT_EQ(w.AddTensor("q", {16, 2}, GgmlType::kQ8_0).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.AddTensor("d", {1, 1, 1, 1, 1}, GgmlType::kF32).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddTensor("d", {1, 1, 1, 1, 1}, GgmlType::kF32).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(w.AddTensor("n", {-1}, GgmlType::kF32).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(w.AddTensor("o", {1ll << 40, 1ll << 40}, GgmlType::kF32).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(w.AddTensor("t", {4}, static_cast<GgmlType>(4)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(w.AddTensor("t", {4}, static_cast<GgmlType>(4)).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(w.AddTensor(std::string(64, 'x'), {4}, GgmlType::kF32).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(w.AddTensor("", {4}, GgmlType::kF32).code(), absl::StatusCode::kInvalidArgument);
@@ -328,17 +333,17 @@ TEST(GgufWriter, ChecksOrderAndByteCounts) {
 
     const absl::Status order = w.WriteTensorData("b", Pattern(8, 1));
     EXPECT_EQ(order.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(order.message(), HasSubstr("declaration order"));
+    EXPECT_THAT(testing::Msg(order), HasSubstr("declaration order"));
     EXPECT_EQ(w.WriteTensorData("zz", Pattern(8, 1)).code(), absl::StatusCode::kNotFound);
 
     const absl::Status too_many = w.WriteTensorData("a", Pattern(17, 0));
     EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(too_many.message(), HasSubstr("\"a\" is 16 bytes"));
+    EXPECT_THAT(testing::Msg(too_many), HasSubstr("\"a\" is 16 bytes"));
 
     ASSERT_TRUE(w.WriteTensorData("a", Pattern(10, 0)).ok());
     const absl::Status early = w.Finish();
     EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition);
-    EXPECT_THAT(early.message(), HasSubstr("\"a\" got 10 of its 16 bytes"));
+    EXPECT_THAT(testing::Msg(early), HasSubstr("\"a\" got 10 of its 16 bytes"));
     ASSERT_TRUE(w.WriteTensorData("a", Pattern(6, 0)).ok());
     EXPECT_EQ(w.WriteTensorData("a", Pattern(1, 0)).code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_TRUE(std::filesystem::exists(path));
@@ -351,20 +356,20 @@ TEST(GgufWriter, ChecksOrderAndByteCounts) {
   const absl::Status short_source = w.WriteTensors(
       [](const PlannedTensor&, const GgufWriter::ChunkSink& sink) { return sink(Pattern(3, 0)); });
   EXPECT_EQ(short_source.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(short_source.message(), HasSubstr("3 of its 16 bytes"));
+  EXPECT_THAT(testing::Msg(short_source), HasSubstr("3 of its 16 bytes"));
 }
 
 TEST(GgufWriter, ReportsAnUnwritablePath) {
   GgufWriter w("/nonexistent-dir/x.gguf");
   const absl::Status s = w.Finish();
   EXPECT_FALSE(s.ok());
-  EXPECT_THAT(s.message(), HasSubstr("/nonexistent-dir/x.gguf"));
+  EXPECT_THAT(testing::Msg(s), HasSubstr("/nonexistent-dir/x.gguf"));
 }
 
 TEST(GgufFileOpen, ReportsMissingFiles) {
   const absl::Status s = GgufFile::Open("/nonexistent/model.gguf").status();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(s.message(), HasSubstr("/nonexistent/model.gguf"));
+  EXPECT_THAT(testing::Msg(s), HasSubstr("/nonexistent/model.gguf"));
 }
 
 }  // namespace
