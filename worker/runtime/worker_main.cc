@@ -3,6 +3,8 @@
 // a greedy generation itself, which is how the group is smoke-tested and benchmarked.
 //
 //   mpirun -np 2 k3-worker --model m.gguf --prompt "1 2 3" --gen 16
+//   mpirun -np 2 k3-worker --model m.gguf --serve 127.0.0.1:50061   (for the coordinator)
+#include <csignal>
 #include <chrono>
 #include <cstdio>
 
@@ -18,10 +20,62 @@
 #include "worker/gguf/gguf_file.h"
 #include "worker/model/plan_report.h"
 #include "worker/runtime/worker_group.h"
+#ifdef K3_HAVE_GRPC
+#include <grpcpp/grpcpp.h>
+
+#include "worker/runtime/leader_service.h"
+#endif
 
 namespace {
 
 using k3::runtime::Step;
+
+// The leader as a gRPC server for the coordinator, until SIGINT/SIGTERM or a group failure.
+absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, k3::engine::Engine& engine,
+                   const k3::engine::EngineOptions& opt, const std::string& plan) {
+#ifdef K3_HAVE_GRPC
+  k3::runtime::LeaderInfo info;
+  const auto& c = engine.config();
+  info.model_name = c.name;
+  info.model_summary = c.Summary();
+  info.plan = plan;
+  info.ranks = opt.plan.ranks;
+  info.max_seqs = static_cast<uint32_t>(engine.cache().shape().max_seqs);
+  info.page_size = static_cast<uint32_t>(engine.cache().shape().page_size);
+  info.cache_tokens = static_cast<uint64_t>(engine.cache().shape().n_pages * engine.cache().shape().page_size);
+  info.vocab = static_cast<uint32_t>(c.vocab);
+  info.context_length = static_cast<uint32_t>(c.context_length);
+  k3::runtime::LeaderService service(group, engine, info);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  builder.SetMaxReceiveMessageSize(256 << 20);
+  builder.SetMaxSendMessageSize(256 << 20);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return absl::UnavailableError("cannot listen on " + address);
+  spdlog::info("worker group leader serving on {} (port {})", address, port);
+  std::printf("LEADER READY %s\n", address.c_str());
+  std::fflush(stdout);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  timespec tick{0, 100 * 1000 * 1000};
+  while (!service.broken()) {
+    const int sig = sigtimedwait(&set, nullptr, &tick);
+    if (sig == SIGINT || sig == SIGTERM) {
+      spdlog::info("signal {}: shutting the worker group down", sig);
+      break;
+    }
+  }
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (service.broken()) return absl::UnavailableError("the worker group failed (see the log above)");
+  return service.Shutdown();
+#else
+  return absl::UnimplementedError("this k3-worker was built without gRPC (K3_WITH_GRPC=OFF): --serve is unavailable");
+#endif
+}
 
 absl::Status Run(k3::CliArgs& args, int rank, int size) {
   const std::string model = args.Str("model");
@@ -31,6 +85,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_ASSIGN_OR_RETURN(int64_t timeout_ms, args.Int("timeout-ms", 60000));
   K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
   const std::string prompt = args.Str("prompt");
+  const std::string serve = args.Str("serve");
   K3_RETURN_IF_ERROR(args.Finish());
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
 
@@ -42,16 +97,19 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   opt.max_seqs = max_seqs;
   opt.cache_tokens = cache_tokens;
   K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model, opt));
+  std::string plan;
   if (rank == 0) {
     auto file = k3::gguf::GgufFile::Open(model);
     const k3::gguf::GgufFile* f = file->get();
-    std::printf("%s\n%s", engine->config().Summary().c_str(),
-                k3::model::DescribePlan(engine->config(), opt.plan, [f](const k3::model::TensorSpec& s) {
-                  return f->FindTensor(s.name)->type;
-                }).c_str());
+    plan = k3::model::DescribePlan(engine->config(), opt.plan, [f](const k3::model::TensorSpec& s) {
+      return f->FindTensor(s.name)->type;
+    });
+    std::printf("%s\n%s", engine->config().Summary().c_str(), plan.c_str());
+    std::fflush(stdout);
   }
   k3::runtime::WorkerGroup group(*engine, *comm);
   if (rank != 0) return group.FollowerLoop();
+  if (!serve.empty()) return Serve(serve, group, *engine, opt, plan);
 
   // Leader without a coordinator: greedy generation of one prompt.
   std::vector<int32_t> ids;
@@ -95,6 +153,13 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // SIGINT/SIGTERM are taken synchronously by the leader's serve loop (every thread inherits
+  // the mask, so none of gRPC's threads takes them first).
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

@@ -1,0 +1,108 @@
+// k3-coordinator: the gRPC front end. Reads the model's metadata and tokenizer from the GGUF
+// (no weights), connects to one or more worker-group leaders, serves k3.v1.Inference and
+// Prometheus metrics.
+//
+//   k3-coordinator --model m.gguf --workers 127.0.0.1:50061[,host:port...] --listen 127.0.0.1:50051
+//                  [--metrics-port 9464] [--token-budget 512] [--prefill-chunk 256] [--max-queue 256]
+#include <csignal>
+#include <cstdio>
+#include <thread>
+
+#include <grpcpp/grpcpp.h>
+#include <httplib.h>
+
+#include "absl/strings/str_split.h"
+#include "coordinator/server/inference_service.h"
+#include "coordinator/server/router.h"
+#include "coordinator/tokenizer/gguf_vocab.h"
+#include "spdlog/spdlog.h"
+#include "worker/common/cli_args.h"
+#include "worker/common/status_macros.h"
+#include "worker/gguf/gguf_file.h"
+
+namespace {
+
+absl::Status Run(k3::CliArgs& args) {
+  const std::string model = args.Str("model");
+  const std::string workers = args.Str("workers");
+  const std::string listen = args.Str("listen", "127.0.0.1:50051");
+  K3_ASSIGN_OR_RETURN(int64_t metrics_port, args.Int("metrics-port", 0));
+  k3::coord::SchedulerOptions sched;
+  K3_ASSIGN_OR_RETURN(sched.token_budget, args.Int("token-budget", 512));
+  K3_ASSIGN_OR_RETURN(sched.prefill_chunk, args.Int("prefill-chunk", 256));
+  K3_ASSIGN_OR_RETURN(sched.max_queue, args.Int("max-queue", 256));
+  k3::coord::ServiceLimits limits;
+  K3_ASSIGN_OR_RETURN(int64_t max_tokens, args.Int("max-tokens-limit", 0));
+  K3_ASSIGN_OR_RETURN(int64_t max_prompt, args.Int("max-prompt-tokens", 0));
+  limits.max_tokens = static_cast<uint32_t>(max_tokens);
+  limits.max_prompt_tokens = static_cast<uint32_t>(max_prompt);
+  K3_RETURN_IF_ERROR(args.Finish());
+  if (model.empty() || workers.empty()) return absl::InvalidArgumentError("--model and --workers are required");
+  if (sched.token_budget < 1 || sched.prefill_chunk < 1) return absl::InvalidArgumentError("budgets must be >= 1");
+
+  K3_ASSIGN_OR_RETURN(auto file, k3::gguf::GgufFile::Open(model, /*allow_header_only=*/true));
+  K3_ASSIGN_OR_RETURN(k3::model::K3Config config, k3::model::ParseK3Config(*file));
+  std::optional<k3::tok::Tokenizer> tokenizer;
+  if (auto t = k3::tok::TokenizerFromGguf(*file); t.ok()) {
+    tokenizer.emplace(std::move(*t));
+    spdlog::info("tokenizer: {} tokens", tokenizer->vocab_size());
+  } else {
+    spdlog::warn("no tokenizer ({}): token ids only", std::string(t.status().message()));
+  }
+  std::vector<std::string> addrs = absl::StrSplit(workers, ',', absl::SkipEmpty());
+  k3::coord::Metrics metrics;
+  k3::coord::Router router(addrs, tokenizer ? &*tokenizer : nullptr, sched, &metrics);
+  router.Start();
+  k3::coord::InferenceService service(config, tokenizer ? &*tokenizer : nullptr, router, metrics, limits);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (!server || port == 0) return absl::UnavailableError("cannot listen on " + listen);
+  spdlog::info("coordinator serving k3.v1.Inference on {} for {} worker group(s)", listen, addrs.size());
+
+  httplib::Server http;
+  std::thread http_thread;
+  if (metrics_port > 0) {
+    http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+      router.groups_up();
+      res.set_content(metrics.Render(), "text/plain; version=0.0.4");
+    });
+    http_thread = std::thread([&] { http.listen("127.0.0.1", static_cast<int>(metrics_port)); });
+    spdlog::info("metrics on http://127.0.0.1:{}/metrics", metrics_port);
+  }
+  std::printf("COORDINATOR READY %s\n", listen.c_str());
+  std::fflush(stdout);
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  int sig = 0;
+  sigwait(&set, &sig);
+  spdlog::info("signal {}: shutting down", sig);
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  router.Stop();
+  if (metrics_port > 0) {
+    http.stop();
+    http_thread.join();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  k3::CliArgs args(argc, argv);
+  absl::Status s = Run(args);
+  if (!s.ok()) {
+    std::fprintf(stderr, "k3-coordinator: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,45 @@
+#include "coordinator/server/worker_client.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace k3::coord {
+
+absl::Status FromGrpc(const grpc::Status& s) {
+  if (s.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+WorkerClient::WorkerClient(std::string address) : address_(std::move(address)) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  stub_ = k3::v1::Worker::NewStub(channel_);
+}
+
+absl::StatusOr<k3::v1::StepResponse> WorkerClient::RunStep(const k3::v1::StepRequest& req,
+                                                           std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  k3::v1::StepResponse resp;
+  grpc::Status s = stub_->RunStep(&ctx, req, &resp);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("worker group ", address_, ": ", s.error_message()));
+  }
+  return resp;
+}
+
+absl::StatusOr<k3::v1::WorkerInfo> WorkerClient::GetInfo(std::chrono::milliseconds timeout) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  k3::v1::WorkerInfo info;
+  grpc::Status s = stub_->GetInfo(&ctx, k3::v1::WorkerInfoRequest(), &info);
+  if (!s.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                        absl::StrCat("worker group ", address_, ": ", s.error_message()));
+  }
+  return info;
+}
+
+}  // namespace k3::coord

@@ -1,0 +1,102 @@
+#include "worker/runtime/leader_service.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace k3::runtime {
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+namespace {
+
+Step FromProto(const k3::v1::StepRequest& r) {
+  Step s;
+  s.id = r.id();
+  s.free.assign(r.free().begin(), r.free().end());
+  s.add.assign(r.add().begin(), r.add().end());
+  for (const auto& f : r.fork()) s.fork.push_back({f.src(), f.dst()});
+  for (const auto& e : r.entries()) {
+    s.entries.push_back({e.seq(), std::vector<int32_t>(e.tokens().begin(), e.tokens().end()),
+                         e.top_n() > 0 ? e.top_n() : 1, e.full_logits(), e.all_positions()});
+  }
+  s.shutdown = r.shutdown();
+  return s;
+}
+
+// Failures of the group itself (as opposed to a bad step): the group cannot go on.
+bool IsGroupFailure(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kDeadlineExceeded || s.code() == absl::StatusCode::kInternal ||
+         s.code() == absl::StatusCode::kUnavailable;
+}
+
+}  // namespace
+
+grpc::Status LeaderService::RunStep(grpc::ServerContext*, const k3::v1::StepRequest* req,
+                                    k3::v1::StepResponse* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_ || shut_down_) {
+    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker group is down (a rank failed or it is shutting down)");
+  }
+  Step step = FromProto(*req);
+  if (step.shutdown) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shutdown is not accepted over RPC");
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<StepResult> result = group_.LeaderStep(step);
+  if (!result.ok()) {
+    if (IsGroupFailure(result.status())) {
+      broken_ = true;
+      spdlog::error("worker group failed: {}", std::string(result.status().message()));
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("worker group failed: ", result.status().message()));
+    }
+    return ToGrpc(result.status());
+  }
+  resp->set_id(result->id);
+  for (const auto& rows : result->rows) {
+    auto* entry = resp->add_entries();
+    for (const RowOutput& row : rows) {
+      auto* r = entry->add_rows();
+      r->set_logsumexp(row.logsumexp);
+      for (const Candidate& c : row.top) {
+        auto* pc = r->add_top();
+        pc->set_token(c.token);
+        pc->set_logit(c.logit);
+      }
+      r->mutable_logits()->Assign(row.logits.begin(), row.logits.end());
+    }
+  }
+  resp->set_step_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  return grpc::Status::OK;
+}
+
+grpc::Status LeaderService::GetInfo(grpc::ServerContext*, const k3::v1::WorkerInfoRequest*, k3::v1::WorkerInfo* resp) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (broken_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker group is down");
+  resp->set_model_name(info_.model_name);
+  resp->set_model_summary(info_.model_summary);
+  resp->set_plan(info_.plan);
+  resp->set_ranks(info_.ranks);
+  resp->set_max_seqs(info_.max_seqs);
+  resp->set_cache_tokens(info_.cache_tokens);
+  resp->set_page_size(info_.page_size);
+  resp->set_vocab(info_.vocab);
+  resp->set_context_length(info_.context_length);
+  resp->set_free_slots(static_cast<uint32_t>(engine_.cache().free_slots()));
+  resp->set_free_pages(static_cast<uint64_t>(engine_.cache().free_pages()));
+  return grpc::Status::OK;
+}
+
+absl::Status LeaderService::Shutdown() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (shut_down_ || broken_) return absl::OkStatus();
+  shut_down_ = true;
+  Step s;
+  s.id = ~0ull;
+  s.shutdown = true;
+  return group_.LeaderStep(s).status();
+}
+
+}  // namespace k3::runtime
