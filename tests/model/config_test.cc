@@ -143,8 +143,12 @@ TEST_F(ConfigTest, Trap3LatentExperts) {
   auto c = ParseK3Config(*golden_);
   ASSERT_TRUE(c.ok());
   for (const TensorSpec& s : ExpectedTensors(*c)) {
-    if (s.base == "ffn_gate_exps") EXPECT_EQ(s.ne[0], c->expert_latent);
-    if (s.base == "ffn_down_exps") EXPECT_EQ(s.ne[1], c->expert_latent);
+    if (s.base == "ffn_gate_exps") {
+      EXPECT_EQ(s.ne[0], c->expert_latent);
+    }
+    if (s.base == "ffn_down_exps") {
+      EXPECT_EQ(s.ne[1], c->expert_latent);
+    }
   }
   // Claim a latent width equal to the hidden width: the expert tensors no longer match.
   testing::EditableModel m = model_;

@@ -151,7 +151,9 @@ TEST(QuantMix, PresetsAndOverrides) {
   EXPECT_EQ(got["attn_norm"], quant::GgmlType::kF32);
   ASSERT_TRUE(m->AddOverride("blk.*.ffn_down_exps.weight=IQ2_XXS").ok());
   for (const TensorSpec& s : ExpectedTensors(c)) {
-    if (s.base == "ffn_down_exps") EXPECT_EQ(m->TypeFor(s), quant::GgmlType::kIQ2_XXS);
+    if (s.base == "ffn_down_exps") {
+      EXPECT_EQ(m->TypeFor(s), quant::GgmlType::kIQ2_XXS);
+    }
   }
   EXPECT_FALSE(m->AddOverride("nonsense").ok());
   EXPECT_FALSE(m->AddOverride("x=IQ3_S").ok());  // not a type the engine computes with

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -19,6 +20,54 @@ namespace {
 
 std::string g_model;  // set from the command line in main()
 int g_expert_groups = 0;
+int g_stall_rank = -1;  // fault injection: this rank never joins the step
+
+// A rank that stalls must not hang the group: the leader's step fails within the collective
+// deadline with an error naming the rank. The group is unusable afterwards, so the process
+// ends with MPI_Abort; ctest judges this mode by its output line, not the exit code.
+int RunStallTest() {
+  int rank, size;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  auto comm = coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(2000)});
+  engine::EngineOptions opt;
+  opt.plan = {size, size};
+  opt.rank = rank;
+  opt.comm = comm.get();
+  opt.cache_tokens = 1024;
+  auto eng = engine::Engine::Open(g_model, opt);
+  if (!eng.ok()) {
+    std::printf("rank %d: %s\n", rank, std::string(eng.status().message()).c_str());
+    return 1;
+  }
+  WorkerGroup group(**eng, *comm);
+  if (rank == g_stall_rank) {
+    std::this_thread::sleep_for(std::chrono::seconds(60));  // stalled; the abort ends it
+    return 1;
+  }
+  if (rank != 0) {
+    (void)group.FollowerLoop();
+    std::this_thread::sleep_for(std::chrono::seconds(60));
+    return 1;
+  }
+  Step step;
+  step.id = 1;
+  step.add = {1};
+  step.entries = {{1, {1, 2, 3}, 1, false, false}};
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = group.LeaderStep(step);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string msg(r.status().message());
+  const std::string want = "rank(s) " + std::to_string(g_stall_rank);
+  if (!r.ok() && r.status().code() == absl::StatusCode::kDeadlineExceeded && msg.find(want) != std::string::npos) {
+    std::printf("STALL TEST PASSED after %.1f s: %s\n", s, msg.c_str());
+  } else {
+    std::printf("STALL TEST FAILED after %.1f s: %s\n", s, r.ok() ? "the step succeeded" : msg.c_str());
+  }
+  std::fflush(stdout);
+  MPI_Abort(MPI_COMM_WORLD, 0);
+  return 0;
+}
 
 std::vector<std::vector<int32_t>> TestPrompts(int64_t vocab) {
   // Golden prompts when the model is the golden file; otherwise deterministic ids.
@@ -146,6 +195,7 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a.rfind("--model=", 0) == 0) k3::runtime::g_model = a.substr(8);
     if (a.rfind("--expert-groups=", 0) == 0) k3::runtime::g_expert_groups = std::stoi(a.substr(16));
+    if (a.rfind("--stall-rank=", 0) == 0) k3::runtime::g_stall_rank = std::stoi(a.substr(13));
   }
   int rank;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -158,6 +208,7 @@ int main(int argc, char** argv) {
     MPI_Finalize();
     return 0;
   }
+  if (k3::runtime::g_stall_rank >= 0) return k3::runtime::RunStallTest();
   const int rc = RUN_ALL_TESTS();
   int any = rc;
   MPI_Allreduce(&rc, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);

@@ -112,9 +112,14 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
   for (const TokenRun& r : batch.runs) K3_RETURN_IF_ERROR(cache_->Reserve(r.seq, r.count));
 
   // ---- the layers ----
+  Tracer* tr = options_.tracer;
+  TraceScope step_span(tr, "forward", "step", batch.n_tokens());
   const int64_t T = batch.n_tokens(), H = c.hidden;
   std::vector<float> x(T * H), cur(T * H), hbuf(T * H), delta(T * H);
-  K3_RETURN_IF_ERROR(Embed(batch, x.data()));
+  {
+    TraceScope span(tr, "embed", "layer");
+    K3_RETURN_IF_ERROR(Embed(batch, x.data()));
+  }
   std::vector<std::vector<float>> bank;  // raw checkpoints, each [T][H]
   std::vector<const float*> bank_rows;
   auto mix = [&](const std::vector<float>& score_w, const std::vector<float>& src, std::vector<float>& dst) {
@@ -128,7 +133,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
   auto norm = [&](const std::vector<float>& w, const std::vector<float>& src, std::vector<float>& dst) {
     for (int64_t t = 0; t < T; ++t) cpu::RmsNorm(&src[t * H], w.data(), c.rms_eps, H, &dst[t * H]);
   };
-  LayerContext ctx{c, shard_, *comm_, batch, *cache_, options_.kda_chunk};
+  LayerContext ctx{c, shard_, *comm_, batch, *cache_, options_.kda_chunk, tr};
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const LayerWeights& lw = weights_.layers[il];
     mix(lw.attn_res_score, x, cur);                 // before the push below
@@ -136,11 +141,16 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
     if (banked) bank.push_back(x);                  // the RAW layer input
     norm(lw.attn_norm, cur, hbuf);
     if (c.is_mla(il)) {
+      TraceScope span(tr, "mla", "layer", il);
       MlaForward(ctx, lw.mla, c.kind_index(il), hbuf.data(), delta.data());
     } else {
+      TraceScope span(tr, "kda", "layer", il);
       KdaForward(ctx, lw.kda, c.kind_index(il), hbuf.data(), delta.data());
     }
-    K3_RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), T * H));  // the heads' partial sums
+    {
+      TraceScope span(tr, "all_reduce", "collective", il);
+      K3_RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), T * H));  // the heads' partial sums
+    }
     if (banked) {
       x = delta;                                    // a banked layer restarts the stream
     } else {
@@ -149,9 +159,12 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
     mix(lw.ffn_res_score, x, cur);
     norm(lw.ffn_norm, cur, hbuf);
     if (c.is_dense(il)) {
+      TraceScope span(tr, "dense_ffn", "layer", il);
       DenseFfnForward(ctx, lw.dense, hbuf.data(), delta.data());
+      TraceScope reduce(tr, "all_reduce", "collective", il);
       K3_RETURN_IF_ERROR(comm_->AllReduceSum(delta.data(), T * H));  // the FFN bands' partials
     } else {
+      TraceScope span(tr, "moe", "layer", il);
       K3_RETURN_IF_ERROR(MoeForward(ctx, lw.moe, hbuf.data(), delta.data()));
     }
     for (int64_t i = 0; i < T * H; ++i) x[i] += delta[i];
@@ -180,6 +193,7 @@ absl::StatusOr<ForwardResult> Engine::Forward(std::span<const SeqInput> inputs) 
                      weights_.output_res_score.data(), c.rms_eps, H, &y[k * H]);
     cpu::RmsNorm(&y[k * H], weights_.output_norm.data(), c.rms_eps, H, &y[k * H]);
   }
+  TraceScope head_span(tr, "lm_head", "layer");
   result.logits.resize(R * shard_.vocab_width);
   quant::MatMul(weights_.output, y.data(), R, H, result.logits.data(), shard_.vocab_width);
 

@@ -13,6 +13,7 @@
 #include "worker/engine/sequence_cache.h"
 #include "worker/engine/token_batch.h"
 #include "collectives/communicator.h"
+#include "worker/common/trace.h"
 #include "worker/model/k3_config.h"
 #include "worker/model/shard_rules.h"
 
@@ -26,6 +27,7 @@ struct EngineOptions {
   model::RankPlan plan;
   int rank = 0;
   coll::Communicator* comm = nullptr;
+  Tracer* tracer = nullptr;  // per-rank timeline (spans per step, layer, collective), or off
   int64_t max_seqs = 8;             // KDA state slots (sequences resident at once)
   int64_t cache_tokens = 0;         // MLA cache capacity in tokens over all sequences; 0 = max_seqs x context_length (capped at 1M)
   int64_t page_size = 64;           // MLA cache rows per page

@@ -77,8 +77,11 @@ absl::Status MoeForward(const LayerContext& ctx, const MoeWeights& w, const floa
   }
   // Shared experts read the full-width input; this rank holds one FFN band of them.
   if (w.has_shared) GatedFfn(c, w.shared_gate, w.shared_up, w.shared_down, h, T, H, sh, H);
-  if (absl::Status s = ctx.comm.AllReduceSum(reduce.data(), static_cast<int64_t>(reduce.size())); !s.ok()) {
-    return s;
+  {
+    TraceScope span(ctx.tracer, "all_reduce", "collective");
+    if (absl::Status s = ctx.comm.AllReduceSum(reduce.data(), static_cast<int64_t>(reduce.size())); !s.ok()) {
+      return s;
+    }
   }
   if (w.has_routed_norm) {
     for (int64_t t = 0; t < T; ++t) cpu::RmsNorm(&m[t * L], w.routed_norm.data(), c.rms_eps, L, &m[t * L]);

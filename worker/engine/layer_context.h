@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "collectives/communicator.h"
+#include "worker/common/trace.h"
 #include "worker/engine/sequence_cache.h"
 #include "worker/engine/token_batch.h"
 #include "worker/model/k3_config.h"
@@ -18,6 +19,7 @@ struct LayerContext {
   const TokenBatch& batch;
   SequenceCache& cache;
   int64_t kda_chunk = 16;  // chunk length of the chunked KDA form used for runs of > 1 token
+  Tracer* tracer = nullptr;  // per-rank timeline, or null (off)
 };
 
 }  // namespace k3::engine

@@ -86,7 +86,17 @@ std::vector<uint8_t> WorkerGroup::RunLocal(const Step& step, absl::Status& statu
 }
 
 absl::StatusOr<StepResult> WorkerGroup::LeaderStep(const Step& step) {
-  K3_ASSIGN_OR_RETURN(Step s, ReceiveStep(&step));
+  absl::StatusOr<Step> received = ReceiveStep(&step);
+  if (!received.ok()) {
+    // A broadcast cannot say who is missing; a gather can.
+    const int32_t me = comm_.rank();
+    std::vector<int32_t> all(comm_.size());
+    absl::Status roll = comm_.Gather(&me, all.data(), sizeof(me), 0);
+    return absl::Status(received.status().code(),
+                        absl::StrCat("step ", step.id, ": ", received.status().message(),
+                                     roll.ok() ? "" : absl::StrCat("; roll call: ", roll.message())));
+  }
+  Step s = std::move(*received);
   absl::Status local;
   std::vector<uint8_t> mine = RunLocal(s, local);
   const int n_ranks = comm_.size();

@@ -86,7 +86,19 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
   const std::string prompt = args.Str("prompt");
   const std::string serve = args.Str("serve");
+  const std::string trace_dir = args.Str("trace-dir");
   K3_RETURN_IF_ERROR(args.Finish());
+  // The per-rank timeline, written when the rank ends (trace-rank<r>.json; merge with
+  // launch/merge_traces.py).
+  std::unique_ptr<k3::Tracer> tracer;
+  if (!trace_dir.empty()) tracer = std::make_unique<k3::Tracer>(rank, "rank " + std::to_string(rank));
+  struct TraceWriter {
+    k3::Tracer* t;
+    std::string path;
+    ~TraceWriter() {
+      if (t && !t->WriteFile(path).ok()) std::fprintf(stderr, "could not write %s\n", path.c_str());
+    }
+  } trace_writer{tracer.get(), trace_dir + "/trace-rank" + std::to_string(rank) + ".json"};
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
 
   auto comm = k3::coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(timeout_ms)});
@@ -94,6 +106,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   opt.plan = {size, static_cast<int>(groups)};
   opt.rank = rank;
   opt.comm = comm.get();
+  opt.tracer = tracer.get();
   opt.max_seqs = max_seqs;
   opt.cache_tokens = cache_tokens;
   K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model, opt));

@@ -35,27 +35,58 @@ void RandomBytes(BlockRng& r, uint8_t* p, size_t n) {
   }
 }
 
-// A small-scale value in [lo, lo + 2^bits) from `bits` random bits of *w (consumed).
+// The low `bits` bits of *w, consumed.
 inline int TakeBits(uint64_t* w, int bits) {
   const int v = static_cast<int>(*w & ((1ull << bits) - 1));
   *w >>= bits;
   return v;
 }
 
+// erf by its Taylor series, evaluated by the compiler: the table below is the same on every
+// platform (no libm involved).
+constexpr double ErfSeries(double x) {
+  double term = x, sum = x;  // term_n = (-1)^n x^(2n+1) / n!
+  for (int n = 1; n < 48; ++n) {  // |x| <= 2.9 here: converged to ~1e-15
+    term *= -x * x / n;
+    sum += term / (2 * n + 1);
+  }
+  return sum * 1.1283791670955126;  // 2 / sqrt(pi)
+}
+
+constexpr double NormalCdf(double z) { return 0.5 * (1.0 + ErfSeries(z * 0.70710678118654752)); }
+
+constexpr double NormalQuantile(double p) {
+  double lo = 0, hi = 4;  // p >= 0.5 only; the table is symmetric
+  for (int i = 0; i < 44; ++i) {
+    const double mid = 0.5 * (lo + hi);
+    (NormalCdf(mid) < p ? lo : hi) = mid;
+  }
+  return 0.5 * (lo + hi);
+}
+
+// A random byte -> a Gaussian int8: the 256 quantiles at (i + 0.5) / 256, scaled so the
+// outermost is +-127 (as in a real Q8_0 block, whose largest weight maps to 127).
+constexpr std::array<int8_t, 256> MakeGaussQ8() {
+  std::array<int8_t, 256> t{};
+  const double zmax = NormalQuantile(255.5 / 256);
+  for (int i = 128; i < 256; ++i) {
+    const auto q = static_cast<int8_t>(127.0 * NormalQuantile((i + 0.5) / 256) / zmax + 0.5);
+    t[i] = q;
+    t[255 - i] = static_cast<int8_t>(-q);
+  }
+  return t;
+}
+constexpr std::array<int8_t, 256> kGaussQ8 = MakeGaussQ8();
+static_assert(kGaussQ8[0] == -127 && kGaussQ8[255] == 127 && kGaussQ8[128] == -kGaussQ8[127]);
+
 // ---- one block each, super-scale d already including the block factor ----
 
 void GenQ8_0(BlockRng& r, float d, uint8_t* out) {
   quant::BlockQ8_0 b;
   b.d = quant::F32ToF16(d);
-  // Irwin-Hall of four bytes: bell-shaped int8 in [-127, 127], no libm.
-  for (int j = 0; j < quant::kQK; j += 2) {
+  for (int j = 0; j < quant::kQK; j += 8) {
     const uint64_t w = r.Next();
-    for (int h = 0; h < 2; ++h) {
-      const uint64_t x = w >> (32 * h);
-      const int s = static_cast<int>(x & 255) + static_cast<int>((x >> 8) & 255) +
-                    static_cast<int>((x >> 16) & 255) + static_cast<int>((x >> 24) & 255) - 510;
-      b.qs[j + h] = static_cast<int8_t>(s * 127 / 510);
-    }
+    for (int k = 0; k < 8; ++k) b.qs[j + k] = kGaussQ8[(w >> (8 * k)) & 255];
   }
   std::memcpy(out, &b, sizeof(b));
 }

@@ -34,11 +34,11 @@ constexpr uint64_t TensorKey(uint64_t seed, std::string_view name) {
   return Mix64(Mix64(seed + kGolden64) ^ HashName(name));
 }
 
-// The random words of one block of a tensor: splitmix64 started at a state derived from
-// (tensor key, block index).
+// The random words of one block of a tensor: a splitmix64 stream started at the block's own
+// random state (splitmix64 of the tensor key, at the block index).
 class BlockRng {
  public:
-  BlockRng(uint64_t tensor_key, uint64_t block) : state_(Mix64(tensor_key ^ Mix64(block * kGolden64 + 1))) {}
+  BlockRng(uint64_t tensor_key, uint64_t block) : state_(Mix64(tensor_key + (block + 1) * kGolden64)) {}
   uint64_t Next() { return Mix64(state_ += kGolden64); }
   // Uniform in [0, 1) with 24 random bits (exact in float).
   float Uniform() { return static_cast<float>(Next() >> 40) * (1.0f / 16777216.0f); }

@@ -5,8 +5,9 @@
 //          (routed experts stay IQ1_S).
 //   small  the golden model's shapes: hidden 512, 8 layers (MLA at 3, 7), 32 experts top-4,
 //          latent 256, vocab 4096, residual block 3.
-//   tp8    8 heads for 8-rank tensor parallelism: hidden 512, 4 layers, 16 experts with a
-//          2048-wide FFN, so any expert-group count of 8 ranks keeps whole IQ1_S blocks.
+//   tp8    8 heads for 8-rank tensor parallelism: hidden 512, 4 layers, 16 experts top-4 with
+//          a 2048-wide FFN (1 shared), so any expert-group count of 8 ranks keeps whole IQ1_S
+//          blocks in every FFN band.
 //   slice  the real widths (hidden 7168, 96 heads, 896 experts top-16, latent 3584, vocab
 //          163840, dense FFN 33792 on layer 0) with 8 layers; --layers N keeps 3 KDA : 1 MLA.
 //   full   RealK3Config(): 93 layers, 553 GiB at UD-IQ1_S.

@@ -31,12 +31,16 @@ absl::Status Run(k3::CliArgs& args) {
   K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
   K3_ASSIGN_OR_RETURN(int64_t seqs, args.Int("seqs", 1));
   const bool quiet = args.Has("quiet");
+  const std::string trace = args.Str("trace");
   K3_RETURN_IF_ERROR(args.Finish());
   if (model.empty()) return absl::InvalidArgumentError("--model is required");
   if (seqs < 1 || gen < 0) return absl::InvalidArgumentError("--seqs must be >= 1, --gen >= 0");
 
   EngineOptions opt;
   opt.max_seqs = seqs;
+  std::unique_ptr<k3::Tracer> tracer;
+  if (!trace.empty()) tracer = std::make_unique<k3::Tracer>(0, "k3-run");
+  opt.tracer = tracer.get();
   K3_ASSIGN_OR_RETURN(auto engine, Engine::Open(model, opt));
   const auto& c = engine->config();
   std::printf("%s\n", c.Summary().c_str());
@@ -83,6 +87,10 @@ absl::Status Run(k3::CliArgs& args) {
     }
   }
   const double prefill_s = Seconds(t0, t1), decode_s = Seconds(t1, t2);
+  if (tracer) {
+    K3_RETURN_IF_ERROR(tracer->WriteFile(trace));
+    std::printf("trace: %zu spans in %s\n", tracer->size(), trace.c_str());
+  }
   std::printf("prefill: %ld x %zu tokens in %.3f s = %.1f tokens/s\n", static_cast<long>(seqs), prompt.size(),
               prefill_s, seqs * prompt.size() / prefill_s);
   if (gen > 1) {
