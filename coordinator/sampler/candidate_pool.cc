@@ -9,9 +9,12 @@
 namespace k3::sampling {
 namespace {
 
-bool EntryBetter(const PoolEntry& a, const PoolEntry& b) {
-  return Better(a.token, a.logit, b.token, b.logit);
-}
+// A functor, not a function pointer, so that sort and nth_element inline it.
+struct EntryBetter {
+  bool operator()(const PoolEntry& a, const PoolEntry& b) const {
+    return Better(a.token, a.logit, b.token, b.logit);
+  }
+};
 
 // How far the given logsumexp may be from the true one: the worker rounds it (and each band's)
 // to float, so a few ulps; 8 leaves a margin.
@@ -25,13 +28,14 @@ double LogsumexpTolerance(float logsumexp) {
 absl::StatusOr<CandidatePool> CandidatePool::FromLogits(std::span<const float> logits,
                                                         const SamplingParams& p,
                                                         const PenaltyWindow& window,
-                                                        std::vector<PoolEntry> storage) {
+                                                        PoolStorage storage) {
   if (logits.size() > static_cast<size_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("the vocabulary does not fit int32 token ids");
   }
   CandidatePool pool;
   pool.complete_ = true;
-  pool.entries_ = std::move(storage);
+  pool.entries_ = std::move(storage.entries);
+  pool.by_id_ = std::move(storage.by_id);
   pool.entries_.resize(logits.size());
   float mx = -INFINITY;
   for (size_t v = 0; v < logits.size(); ++v) {
@@ -50,27 +54,37 @@ absl::StatusOr<CandidatePool> CandidatePool::FromLogits(std::span<const float> l
       e.logit = Penalize(p, counts, e.raw);
     }
   }
+  pool.by_id_.resize(logits.size());
+  for (const PoolEntry& e : pool.entries_) pool.by_id_[e.token] = e.logit;
   pool.certain_ = pool.size();
   pool.logsumexp_ = LogSumExp(logits);
   return pool;
 }
 
 absl::StatusOr<CandidatePool> CandidatePool::FromTop(std::span<const TokenLogit> top,
-                                                     float logsumexp, const SamplingParams& p,
+                                                     float logsumexp, int64_t vocab_size,
+                                                     const SamplingParams& p,
                                                      const PenaltyWindow& window,
-                                                     std::vector<PoolEntry> storage) {
+                                                     PoolStorage storage) {
   if (top.empty()) return absl::InvalidArgumentError("no candidates and no logits");
   if (!std::isfinite(logsumexp)) {
     return absl::InvalidArgumentError(absl::StrCat("logsumexp is ", logsumexp));
   }
+  if (vocab_size < 0 || (vocab_size > 0 && vocab_size < static_cast<int64_t>(top.size()))) {
+    return absl::InvalidArgumentError(absl::StrCat("vocab_size ", vocab_size, " with ", top.size(), " candidates"));
+  }
   CandidatePool pool;
-  pool.entries_ = std::move(storage);
+  pool.entries_ = std::move(storage.entries);
   pool.entries_.clear();
+  pool.by_id_ = std::move(storage.by_id);  // unused here; kept for the next full step
+  if (vocab_size > 0) pool.n_outside_ = vocab_size - static_cast<int64_t>(top.size());
   absl::flat_hash_set<int32_t> in_pool;
   in_pool.reserve(top.size());
   for (size_t i = 0; i < top.size(); ++i) {
     const TokenLogit& c = top[i];
-    if (c.token < 0) return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " has id ", c.token));
+    if (c.token < 0 || (vocab_size > 0 && c.token >= vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " has id ", c.token));
+    }
     if (!std::isfinite(c.logit)) {
       return absl::InvalidArgumentError(absl::StrCat("candidate ", i, " has logit ", c.logit));
     }
@@ -85,7 +99,7 @@ absl::StatusOr<CandidatePool> CandidatePool::FromTop(std::span<const TokenLogit>
     const TokenCounts counts = window.Get(c.token);
     pool.entries_.push_back({c.token, Penalizes(p, counts) ? Penalize(p, counts, c.logit) : c.logit, c.logit});
   }
-  std::sort(pool.entries_.begin(), pool.entries_.end(), EntryBetter);
+  std::sort(pool.entries_.begin(), pool.entries_.end(), EntryBetter());
   pool.sorted_ = pool.size();
   pool.logsumexp_ = logsumexp;
 
@@ -101,8 +115,12 @@ absl::StatusOr<CandidatePool> CandidatePool::FromTop(std::span<const TokenLogit>
         "logsumexp ", logsumexp, " is below the candidates' own ", r0 + std::log(s0),
         ": it must cover the whole vocabulary's raw logits"));
   }
-  pool.log_outside_hi_ = std::log(std::max(0.0, z_hi - s0)) + r0;
-  pool.log_outside_lo_ = std::log(std::max(0.0, z_lo - s0)) + r0;
+  double x_hi = std::max(0.0, z_hi - s0);
+  if (pool.n_outside_ >= 0) {
+    x_hi = std::min(x_hi, static_cast<double>(pool.n_outside_) * std::exp(top.back().logit - r0));
+  }
+  pool.log_outside_hi_ = std::log(x_hi) + r0;
+  pool.log_outside_lo_ = std::min(std::log(std::max(0.0, z_lo - s0)) + r0, pool.log_outside_hi_);
 
   // Bounds on the outside tokens' raw logits: <= B, the N-th candidate's (on a tie the id is
   // higher), and each <= log X since its mass is part of X (which helps when N covers almost
@@ -111,9 +129,12 @@ absl::StatusOr<CandidatePool> CandidatePool::FromTop(std::span<const TokenLogit>
   float b = top.back().logit;
   bool b_tie = true;
   if (pool.log_outside_hi_ < b) {
-    b = static_cast<float>(pool.log_outside_hi_);
-    if (b < pool.log_outside_hi_) b = std::nextafter(b, INFINITY);
-    b_tie = false;
+    float tight = static_cast<float>(pool.log_outside_hi_);
+    if (tight < pool.log_outside_hi_) tight = std::nextafter(tight, INFINITY);
+    if (tight < b) {  // rounding up may have reached B itself: then keep B and its tie rule
+      b = tight;
+      b_tie = false;
+    }
   }
   const int32_t b_token = top.back().token;
   pool.boundary_ = b;
@@ -139,32 +160,47 @@ absl::StatusOr<CandidatePool> CandidatePool::FromTop(std::span<const TokenLogit>
 }
 
 const PoolEntry& CandidatePool::Sorted(int64_t i) {
-  if (i >= sorted_) {
+  if (i == 0 && sorted_ == 0) {
+    // The best alone (greedy, and the reference of every weight): one scan.
+    std::iter_swap(entries_.begin(), std::min_element(entries_.begin(), entries_.end(), EntryBetter()));
+    sorted_ = 1;
+  } else if (i >= sorted_) {
     const int64_t target = std::min(size(), std::max({i + 1, 2 * sorted_, int64_t{256}}));
     auto first = entries_.begin() + sorted_;
     auto mid = entries_.begin() + target;
-    if (mid != entries_.end()) std::nth_element(first, mid, entries_.end(), EntryBetter);
-    std::sort(first, mid, EntryBetter);
+    if (mid != entries_.end()) std::nth_element(first, mid, entries_.end(), EntryBetter());
+    std::sort(first, mid, EntryBetter());
     sorted_ = target;
   }
   return entries_[i];
 }
 
 double CandidatePool::PoolMass(double ref, double t) const {
+  // Summed in a fixed order (by id for full logits; sorting permutes entries_ in a way the
+  // standard library does not specify), so the total is the same on every platform.
   double sum = 0;
-  for (const PoolEntry& e : entries_) sum += Weight(e.logit, ref, t);
+  if (complete_) {
+    for (float l : by_id_) sum += Weight(l, ref, t);
+  } else {
+    for (const PoolEntry& e : entries_) sum += Weight(e.logit, ref, t);
+  }
   return sum;
 }
 
 MassBounds CandidatePool::OutsideMass(double ref, double t) const {
   if (complete_) return {0, 0};
-  if (t > 1) return {0, INFINITY};
   MassBounds m;
-  // Unpenalized outside tokens: l <= B, so e^(l/t) <= e^l * e^(B (1/t - 1)) for t <= 1, and
-  // their e^l sum to at most X. Penalized ones: each at most e^(U_s / t).
-  double log_hi = log_outside_hi_ - ref;
-  if (t != 1) log_hi += (boundary_ - ref) * (1 / t - 1);  // (t = 1 would give -inf * 0)
-  m.hi = std::exp(log_hi);
+  // Unpenalized outside tokens: each l <= B, and their e^l sum to at most X. So for t <= 1,
+  // e^(l/t) <= e^l * e^(B (1/t - 1)) sums to at most X e^(B (1/t - 1)); for any t, with the
+  // count known, to at most (V - N) e^(B/t). Penalized ones: each at most e^(U_s / t).
+  m.hi = INFINITY;
+  if (t <= 1) {
+    double log_hi = log_outside_hi_ - ref;
+    if (t != 1) log_hi += (boundary_ - ref) * (1 / t - 1);  // (t = 1 would give -inf * 0)
+    m.hi = std::exp(log_hi);
+  }
+  if (n_outside_ >= 0) m.hi = std::min(m.hi, static_cast<double>(n_outside_) * Weight(boundary_, ref, t));
+  if (std::isinf(m.hi)) return m;
   for (float u : penalized_outside_) m.hi += Weight(u, ref, t);
   if (t == 1) {
     // At t = 1 the outside keeps at least X minus what penalties may have removed (<= e^B each).

@@ -22,6 +22,10 @@ struct Candidates {
   float logsumexp = 0;
   // The whole vocabulary's logits (-inf allowed for masked tokens), or empty.
   std::span<const float> logits;
+  // With `top`: the vocabulary size, or 0 if unknown. Knowing it bounds the mass outside the
+  // top-N (at most (vocab_size - N) * e^(N-th logit)), which decides far more steps when
+  // penalties push a dominant token down or temperature is above 1.
+  int64_t vocab_size = 0;
 };
 
 // The order candidates come in and are sampled in: logit descending, ties to the lower id.

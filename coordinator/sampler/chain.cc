@@ -107,7 +107,7 @@ ChainResult RunChain(const SamplingParams& p, CandidatePool& pool, double u) {
   // mass, on the same candidate among those known to rank above the rest.
   const MassBounds out = pool.OutsideMass(ref, t);
   if (!std::isfinite(out.hi)) {
-    return Undecided("temperature > 1 without top_k / top_p / min_p needs the full logits");
+    return Undecided("temperature > 1 without top_k / top_p / min_p needs the vocabulary size or the full logits");
   }
   const double s = pool.PoolMass(ref, t);
   const int64_t i = Invert(pool, certain, ref, t, u * (s + out.lo), u * (s + out.hi));

@@ -58,7 +58,8 @@ absl::StatusOr<SampleResult> Sampler::Sample(const Candidates& row) {
   }
   absl::StatusOr<CandidatePool> pool =
       full ? CandidatePool::FromLogits(row.logits, params_, window_, std::move(scratch_))
-           : CandidatePool::FromTop(row.top, row.logsumexp, params_, window_, std::move(scratch_));
+           : CandidatePool::FromTop(row.top, row.logsumexp, row.vocab_size, params_, window_,
+                                    std::move(scratch_));
   if (!pool.ok()) return pool.status();
 
   Xoshiro256 rng = rng_;  // committed only if the step is decided

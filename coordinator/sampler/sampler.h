@@ -1,17 +1,25 @@
-// The coordinator's sampler: one Sampler per sequence, holding that sequence's random stream
-// and penalty window. Each decode step hands it the worker's row (full logits, or top-N
-// candidates + the full logsumexp) and gets back a token.
+// The coordinator's sampler: one Sampler per sequence (not thread-safe), holding that
+// sequence's random stream and penalty window. Each decode step hands it the worker's row
+// (full logits, or top-N candidates + the full logsumexp) and gets back a token.
 //
 // Chain (chain.h, llama.cpp's default order): penalties -> top-k -> top-p -> min-p ->
 // temperature -> draw; temperature 0 is greedy after penalties.
 //
-// Exactness with top-N input: the result equals what the full logits would give, or Sample
-// says `insufficient` and changes nothing (no random number consumed, no token recorded), so
-// the caller can repeat the step with full logits (or a larger N) and get the very token the
-// full logits give under the same seed. RequiredTopN() says which N always suffices.
+// Exactness with top-N input: the result is the one the full logits give, or Sample says
+// `insufficient` and changes nothing (no random number consumed, no token recorded), so the
+// caller can repeat the step with full logits and get the very token the full logits give
+// under the same seed. How a caller picks what to ask the worker for:
+//   n = sampler.RequiredTopN();
+//   n != kNeedsFullLogits  -> ask for top_n = n: never insufficient (bar exact float ties);
+//   otherwise              -> ask for full logits, or (cheaper on most steps) a large top_n
+//                             such as 1024 with Candidates::vocab_size set, and full logits on
+//                             the rare insufficient step.
+// With full logits, the row's logsumexp is ignored (recomputed in double).
 //
 // Reproducibility: the stream is xoshiro256** seeded from `seed` by splitmix64 (rng.h); greedy
-// steps draw nothing, every other successful step draws exactly one uniform.
+// steps draw nothing, every other successful step draws exactly one uniform. Tokens then follow
+// from integer arithmetic and IEEE float/double with std::exp (results can differ across libms
+// only when a draw falls within rounding of a boundary).
 //
 // Logprobs (OpenAI's convention, not llama.cpp's post-chain probabilities): the raw
 // log-softmax of the model's logits, logit - logsumexp, before penalties, temperature and
@@ -76,7 +84,7 @@ class Sampler {
   SamplingParams params_;
   Xoshiro256 rng_;
   PenaltyWindow window_;
-  std::vector<PoolEntry> scratch_;  // the pool's storage, reused across steps
+  PoolStorage scratch_;  // the pool's buffers, reused across steps
 };
 
 }  // namespace k3::sampling
