@@ -12,7 +12,7 @@ namespace {
 // parameters and history need, or the whole vocabulary when no number of candidates suffices.
 class SamplerChooser final : public TokenChooser {
  public:
-  explicit SamplerChooser(sampling::Sampler s) : sampler_(std::move(s)) {}
+  SamplerChooser(sampling::Sampler s, int64_t vocab) : sampler_(std::move(s)), vocab_(vocab) {}
 
   absl::StatusOr<Choice> Choose(const k3::v1::RowOutput& row) override {
     std::vector<sampling::TokenLogit> top;
@@ -21,6 +21,7 @@ class SamplerChooser final : public TokenChooser {
     sampling::Candidates cands;
     cands.top = top;
     cands.logsumexp = row.logsumexp();
+    cands.vocab_size = vocab_;  // tightens the bound on the mass outside the candidates
     if (row.logits_size() > 0) cands.logits = std::span<const float>(row.logits().data(), row.logits_size());
     auto r = sampler_.Sample(cands);
     if (!r.ok()) return r.status();
@@ -43,12 +44,13 @@ class SamplerChooser final : public TokenChooser {
 
  private:
   sampling::Sampler sampler_;
+  int64_t vocab_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TokenChooser>> MakeChooser(const k3::v1::SamplingParams& p,
-                                                          std::span<const int32_t> prompt) {
+                                                          std::span<const int32_t> prompt, int64_t vocab) {
   sampling::SamplingParams sp;
   sp.temperature = p.temperature();
   sp.top_k = p.top_k();
@@ -67,7 +69,7 @@ absl::StatusOr<std::unique_ptr<TokenChooser>> MakeChooser(const k3::v1::Sampling
   auto s = sampling::Sampler::Create(sp);
   if (!s.ok()) return s.status();
   s->AddPrompt(prompt);
-  return std::make_unique<SamplerChooser>(std::move(*s));
+  return std::make_unique<SamplerChooser>(std::move(*s), vocab);
 }
 
 }  // namespace k3::coord

@@ -14,6 +14,6 @@ namespace k3::coord {
 // enters the sampler's penalty window. Without a seed in `params`, a random one is drawn (and
 // reported back to the client at the end).
 absl::StatusOr<std::unique_ptr<TokenChooser>> MakeChooser(const k3::v1::SamplingParams& params,
-                                                          std::span<const int32_t> prompt);
+                                                          std::span<const int32_t> prompt, int64_t vocab);
 
 }  // namespace k3::coord

@@ -98,7 +98,7 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const k3::v1::
     return Invalid(absl::StrCat("logprobs must be in [0, ", limits_.max_logprobs, "]"));
   }
   r->n_logprobs = req->sampling().logprobs();
-  auto chooser = MakeChooser(req->sampling(), r->prompt);
+  auto chooser = MakeChooser(req->sampling(), r->prompt, config_.vocab);
   if (!chooser.ok()) {
     ++metrics_.requests_failed;
     return ToGrpc(chooser.status());
