@@ -105,7 +105,7 @@ struct GenerateOutcome {
 };
 
 absl::StatusOr<GenerateOutcome> RunGenerate(k3::v1::Inference::Stub& stub, const k3::v1::GenerateRequest& req,
-                                            double timeout_s, bool print) {
+                                            double timeout_s, bool print, bool print_ids = false) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
   GenerateOutcome out;
@@ -121,7 +121,7 @@ absl::StatusOr<GenerateOutcome> RunGenerate(k3::v1::Inference::Stub& stub, const
     for (const auto& t : resp.tokens()) out.tokens.push_back(t.token());
     out.text += resp.text();
     if (print) {
-      if (req.has_token_ids() && resp.text().empty()) {
+      if (print_ids || (req.has_token_ids() && resp.text().empty())) {
         for (const auto& t : resp.tokens()) std::printf(" %d", t.token());
       } else {
         std::fputs(resp.text().c_str(), stdout);
@@ -194,8 +194,9 @@ absl::Status Run(const std::string& cmd, k3::CliArgs& args) {
   auto stub = k3::v1::Inference::NewStub(channel);
   if (cmd == "generate" || cmd == "chat") {
     K3_ASSIGN_OR_RETURN(auto req, BuildRequest(args, cmd));
+    const bool print_ids = args.Has("print-ids");  // token ids instead of text
     K3_RETURN_IF_ERROR(args.Finish());
-    return RunGenerate(*stub, req, timeout_s, true).status();
+    return RunGenerate(*stub, req, timeout_s, true, print_ids).status();
   }
   if (cmd == "load") {
     K3_ASSIGN_OR_RETURN(auto req, BuildRequest(args, "generate"));

@@ -1,0 +1,236 @@
+// Times the dequantizing GEMV (k3::cuda::QuantGemv) at the K3 shapes with CUDA events and prints
+// the achieved bandwidth against the H200 floor (4.4 TB/s measured read bandwidth here).
+//   k3_cuda_gemv_bench [out.csv]
+// Per case: weights in several copies (rotated so no launch finds its weights in the 50 MB L2),
+// random data (never zeros), 20 warm-up launches, then the median of 100 individually timed
+// launches ("single", launch latency included) and the mean of 100 back-to-back launches
+// ("stream", launch overhead hidden). Bytes = weights + x + y (QuantGemvMinBytes).
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/quant_gemv/quant_gemv.h"
+#include "kernels/quant/ggml_type.h"
+#include "kernels/quant/half.h"
+
+namespace {
+
+using k3::quant::GgmlType;
+
+constexpr double kFloorTBs = 4.4;
+
+#define CHECK(expr)                                                                              \
+  do {                                                                                           \
+    const cudaError_t e_ = (expr);                                                               \
+    if (e_ != cudaSuccess) {                                                                     \
+      std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(e_)); \
+      std::exit(1);                                                                              \
+    }                                                                                            \
+  } while (0)
+
+struct Case {
+  const char* name;
+  GgmlType type;
+  int64_t rows, cols, tokens, n_mats, n_pool;
+  bool shared_x;
+};
+
+// Random bytes with sane f16 scales at the block starts that hold them (decoded values finite).
+void FillRandom(GgmlType type, std::vector<uint8_t>& buf, std::mt19937_64& rng) {
+  for (size_t i = 0; i + 8 <= buf.size(); i += 8) {
+    const uint64_t r = rng();
+    std::memcpy(buf.data() + i, &r, 8);
+  }
+  const auto& tr = k3::quant::Traits(type);
+  if (type == GgmlType::kF32) {
+    std::normal_distribution<float> n(0.f, 1.f);
+    for (size_t i = 0; i + 4 <= buf.size(); i += 4) {
+      const float v = n(rng);
+      std::memcpy(buf.data() + i, &v, 4);
+    }
+    return;
+  }
+  if (type == GgmlType::kF16 || type == GgmlType::kBF16) {
+    for (size_t i = 0; i + 2 <= buf.size(); i += 2) {
+      const uint16_t h = type == GgmlType::kF16 ? k3::quant::F32ToF16(0.01f * static_cast<float>(rng() % 200) - 1.f)
+                                                : k3::quant::F32ToBf16(0.01f * static_cast<float>(rng() % 200) - 1.f);
+      std::memcpy(buf.data() + i, &h, 2);
+    }
+    return;
+  }
+  std::vector<int> offs = {0};  // f16 scale fields per block
+  switch (type) {
+    case GgmlType::kQ2_K: offs = {80, 82}; break;
+    case GgmlType::kQ3_K: offs = {108}; break;
+    case GgmlType::kQ4_K:
+    case GgmlType::kQ5_K: offs = {0, 2}; break;
+    case GgmlType::kQ6_K: offs = {208}; break;
+    case GgmlType::kIQ1_M: return;  // scale spread in nibbles; random is finite often enough for timing
+    default: break;
+  }
+  const uint16_t d = k3::quant::F32ToF16(0.01f);
+  for (size_t b = 0; (b + 1) * tr.block_bytes <= buf.size(); ++b) {
+    for (int off : offs) std::memcpy(buf.data() + b * tr.block_bytes + off, &d, 2);
+  }
+}
+
+void RunCase(const Case& c, FILE* csv) {
+  const auto& tr = k3::quant::Traits(c.type);
+  const size_t row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
+  const size_t mat_bytes = row_bytes * c.rows;
+  const size_t mat_stride = (mat_bytes + 255) / 256 * 256;
+  const size_t pool_bytes = mat_stride * c.n_pool;
+  const size_t launch_weight_bytes = mat_bytes * c.n_mats;
+  // copies so that consecutive launches touch >= 256 MB of distinct weights (5x the L2)
+  int copies = static_cast<int>(std::ceil(256e6 / static_cast<double>(launch_weight_bytes)));
+  copies = std::max(2, std::min(copies, 64));
+  if (c.n_pool >= 64) copies = 1;  // a large pool of experts, drawn at random per launch, rotates by itself
+  while (copies > 1 && pool_bytes * copies > (size_t{6} << 30)) --copies;
+
+  std::mt19937_64 rng(12345);
+  std::vector<uint8_t> host(pool_bytes);
+  FillRandom(c.type, host, rng);
+  std::vector<uint8_t*> w(copies);
+  for (int i = 0; i < copies; ++i) {
+    CHECK(cudaMalloc(&w[i], pool_bytes));
+    CHECK(cudaMemcpy(w[i], host.data(), pool_bytes, cudaMemcpyHostToDevice));
+  }
+  const int64_t x_slots = c.shared_x ? 1 : c.n_mats;
+  std::vector<float> hx(x_slots * c.tokens * c.cols);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : hx) v = nd(rng);
+  float *x = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&x, hx.size() * 4));
+  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&y, static_cast<size_t>(c.n_mats * c.tokens * c.rows) * 4));
+  // expert ids: 16 distinct experts per launch, a new draw per launch
+  const int id_sets = 64;
+  std::vector<int32_t> hids(id_sets * c.n_mats);
+  for (int s = 0; s < id_sets; ++s) {
+    std::vector<int32_t> all(c.n_pool);
+    for (int64_t e = 0; e < c.n_pool; ++e) all[e] = static_cast<int32_t>(e);
+    std::shuffle(all.begin(), all.end(), rng);
+    for (int64_t j = 0; j < c.n_mats; ++j) hids[s * c.n_mats + j] = all[j];
+  }
+  int32_t* ids = nullptr;
+  CHECK(cudaMalloc(&ids, hids.size() * 4));
+  CHECK(cudaMemcpy(ids, hids.data(), hids.size() * 4, cudaMemcpyHostToDevice));
+
+  k3::cuda::QuantGemvParams p;
+  p.type = c.type;
+  p.rows = c.rows;
+  p.cols = c.cols;
+  p.row_bytes = row_bytes;
+  p.n_mats = c.n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  p.x = x;
+  p.x_stride = c.cols;
+  p.x_mat_stride = c.shared_x ? 0 : c.tokens * c.cols;
+  p.y = y;
+  p.y_stride = c.rows;
+  p.y_mat_stride = c.tokens * c.rows;
+  p.n_tokens = c.tokens;
+  auto launch = [&](int i) {
+    p.weight = w[i % copies];
+    p.mat_ids = c.n_mats > 1 || c.n_pool > 1 ? ids + (i % id_sets) * c.n_mats : nullptr;
+    CHECK(k3::cuda::QuantGemv(p, nullptr));
+  };
+  for (int i = 0; i < 20; ++i) launch(i);
+  CHECK(cudaDeviceSynchronize());
+
+  const int reps = 100;
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) CHECK(cudaEventCreate(&e));
+  std::vector<float> single(reps);
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(ev[2 * i], nullptr));
+    launch(i);
+    CHECK(cudaEventRecord(ev[2 * i + 1], nullptr));
+    CHECK(cudaEventSynchronize(ev[2 * i + 1]));  // one launch in flight: its own latency
+    CHECK(cudaEventElapsedTime(&single[i], ev[2 * i], ev[2 * i + 1]));
+  }
+  std::sort(single.begin(), single.end());
+  const double med_us = 1e3 * single[reps / 2];
+  CHECK(cudaEventRecord(ev[0], nullptr));
+  for (int i = 0; i < reps; ++i) launch(i);
+  CHECK(cudaEventRecord(ev[1], nullptr));
+  CHECK(cudaEventSynchronize(ev[1]));
+  float total_ms = 0;
+  CHECK(cudaEventElapsedTime(&total_ms, ev[0], ev[1]));
+  const double stream_us = 1e3 * total_ms / reps;
+  for (auto& e : ev) CHECK(cudaEventDestroy(e));
+
+  std::vector<float> hy(static_cast<size_t>(c.n_mats * c.tokens * c.rows));
+  CHECK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+  int64_t bad = 0;
+  for (float v : hy) bad += !std::isfinite(v);
+
+  const double bytes = static_cast<double>(k3::cuda::QuantGemvMinBytes(p));
+  const double gbs_single = bytes / (med_us * 1e3), gbs_stream = bytes / (stream_us * 1e3);
+  const double floor_us = bytes / (kFloorTBs * 1e6);
+  std::printf("%-34s %-7s %6lld x %-6lld M=%-2lld mats=%-3lld %9.2f MB  single %8.2f us %7.0f GB/s (%4.1f%%)  "
+              "stream %8.2f us %7.0f GB/s (%4.1f%%)  floor %7.2f us%s\n",
+              c.name, std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
+              static_cast<long long>(c.cols), static_cast<long long>(c.tokens), static_cast<long long>(c.n_mats),
+              bytes / 1e6, med_us, gbs_single, 100.0 * gbs_single / (kFloorTBs * 1e3), stream_us, gbs_stream,
+              100.0 * gbs_stream / (kFloorTBs * 1e3), floor_us, bad ? "  NON-FINITE OUTPUT" : "");
+  if (csv != nullptr) {
+    std::fprintf(csv, "%s,%s,%lld,%lld,%lld,%lld,%.0f,%.3f,%.1f,%.3f,%.1f,%.3f,%lld\n", c.name,
+                 std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
+                 static_cast<long long>(c.cols), static_cast<long long>(c.tokens), static_cast<long long>(c.n_mats), bytes,
+                 med_us, gbs_single, stream_us, gbs_stream, floor_us, static_cast<long long>(bad));
+  }
+  for (auto* b : w) CHECK(cudaFree(b));
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+  CHECK(cudaFree(ids));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+    std::printf("no CUDA device: nothing to time\n");
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("device: %s, %d SMs, L2 %d MB; floor %.1f TB/s\n", prop.name, prop.multiProcessorCount,
+              prop.l2CacheSize >> 20, kFloorTBs);
+  FILE* csv = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
+  if (csv) std::fprintf(csv, "case,type,rows,cols,tokens,mats,bytes,single_us,single_gbs,stream_us,stream_gbs,floor_us,nonfinite\n");
+  const Case cases[] = {
+      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 1, 1, 1, true},
+      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 2, 1, 1, true},
+      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 4, 1, 1, true},
+      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 8, 1, 1, true},
+      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 16, 1, 1, true},
+      {"attn_output 12288->7168", GgmlType::kQ8_0, 7168, 12288, 1, 1, 1, true},
+      {"shexp_gate 7168->6144", GgmlType::kQ8_0, 6144, 7168, 1, 1, 1, true},
+      {"routed_down 7168->3584", GgmlType::kQ8_0, 3584, 7168, 1, 1, 1, true},
+      {"router 7168->896", GgmlType::kF32, 896, 7168, 1, 1, 1, true},
+      {"expert gate 3584->3072 x1", GgmlType::kIQ1_S, 3072, 3584, 1, 1, 896, true},
+      {"expert gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true},
+      {"expert down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false},
+      {"expert gate x16, 4 tok", GgmlType::kIQ1_S, 3072, 3584, 4, 16, 896, false},
+      {"generic 7168->12288", GgmlType::kIQ2_XS, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kIQ2_XXS, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kQ2_K, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kQ3_K, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kQ4_K, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kQ5_K, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kQ6_K, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kBF16, 12288, 7168, 1, 1, 1, true},
+      {"generic 7168->12288", GgmlType::kF16, 12288, 7168, 1, 1, 1, true},
+  };
+  for (const Case& c : cases) RunCase(c, csv);
+  if (csv) std::fclose(csv);
+  return 0;
+}

@@ -1,0 +1,117 @@
+#include "kernels/cuda/kda/kda.h"
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/cuda_check.h"
+
+namespace k3::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxDk = 128;
+constexpr int kRowsPerWarp = kMaxDk / kWarps;  // 16
+constexpr int kTileJ = 32;                     // value columns per block (one per lane)
+
+// Block = (value tile of 32 columns, head, sequence). Column j of the state only ever mixes with
+// itself (delta[j] depends on column j alone), so value tiles are independent. Lane = column,
+// warp w = key rows [16w, 16w+16): each thread keeps its 16 state values in registers between the
+// two passes; the two sums over i are reduced across warps through shared memory. Every state
+// element is read once and written once (coalesced 128-byte rows).
+__global__ void __launch_bounds__(kWarps * 32) KdaDecodeKernel(const KdaDecodeParams p) {
+  __shared__ float sk[kMaxDk], sq[kMaxDk], sdecay[kMaxDk];
+  __shared__ float red[kWarps][kTileJ];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t s = blockIdx.z, h = blockIdx.y;
+  const int64_t j = static_cast<int64_t>(blockIdx.x) * kTileJ + lane;
+  const int dk = static_cast<int>(p.dk);
+  const int64_t slot = p.slots != nullptr ? static_cast<int64_t>(p.slots[s]) : s;
+  float* S = p.state + slot * p.state_slot_stride + h * p.dk * p.dv;
+  if (threadIdx.x < dk) {
+    const int64_t o = s * p.qk_stride + h * p.dk + threadIdx.x;
+    sk[threadIdx.x] = p.k[o];
+    sq[threadIdx.x] = p.q[o];
+    sdecay[threadIdx.x] = expf(p.g[o]);
+  }
+  __syncthreads();
+  const bool col_ok = j < p.dv;
+  float st[kRowsPerWarp];
+  float part = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kRowsPerWarp; ++m) {
+    const int i = warp * kRowsPerWarp + m;
+    st[m] = 0.0f;
+    if (i < dk && col_ok) {
+      st[m] = S[static_cast<int64_t>(i) * p.dv + j] * sdecay[i];
+      part = fmaf(st[m], sk[i], part);
+    }
+  }
+  red[warp][lane] = part;
+  __syncthreads();
+  float kv = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kWarps; ++w) kv += red[w][lane];
+  const float beta = p.beta[s * p.beta_stride + h];
+  const float delta = col_ok ? beta * (p.v[s * p.v_stride + h * p.dv + j] - kv) : 0.0f;
+  float part2 = 0.0f;
+#pragma unroll
+  for (int m = 0; m < kRowsPerWarp; ++m) {
+    const int i = warp * kRowsPerWarp + m;
+    if (i < dk && col_ok) {
+      st[m] = fmaf(sk[i], delta, st[m]);
+      S[static_cast<int64_t>(i) * p.dv + j] = st[m];
+      part2 = fmaf(st[m], sq[i], part2);
+    }
+  }
+  __syncthreads();  // everyone has read red[] for kv
+  red[warp][lane] = part2;
+  __syncthreads();
+  if (warp == 0 && col_ok) {
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) o += red[w][lane];
+    p.out[s * p.out_stride + h * p.dv + j] = p.scale * o;
+  }
+}
+
+__device__ __forceinline__ float SoftplusF(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+
+__global__ void KdaGateKernel(const KdaGateParams p) {
+  const int64_t t = blockIdx.y;
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t d = p.n_heads * p.head_dim;
+  if (c >= d) return;
+  const float x = p.pre[t * p.pre_stride + c] + p.dt_bias[c];
+  const float a = p.a[c / p.head_dim];
+  p.g[t * p.g_stride + c] = p.has_lower_bound ? p.lower_bound * detail::SigmoidF(-(a * x)) : a * SoftplusF(x);
+}
+
+}  // namespace
+
+cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream) {
+  if (p.n_seqs < 0 || p.n_heads < 0 || p.dk < 1 || p.dk > kMaxDk || p.dv < 1) return cudaErrorInvalidValue;
+  if (p.n_seqs == 0 || p.n_heads == 0) return cudaSuccess;
+  if (p.state == nullptr || p.q == nullptr || p.k == nullptr || p.g == nullptr || p.v == nullptr ||
+      p.beta == nullptr || p.out == nullptr) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.n_seqs > 65535 || p.n_heads > 65535) return cudaErrorInvalidValue;
+  const dim3 grid(static_cast<unsigned>(detail::CeilDiv(p.dv, kTileJ)), static_cast<unsigned>(p.n_heads),
+                  static_cast<unsigned>(p.n_seqs));
+  KdaDecodeKernel<<<grid, kWarps * 32, 0, stream>>>(p);
+  K3_CUDA_CHECK(cudaGetLastError());
+  return cudaSuccess;
+}
+
+cudaError_t KdaGate(const KdaGateParams& p, cudaStream_t stream) {
+  if (p.n_tokens < 0 || p.n_heads < 0 || p.head_dim < 1) return cudaErrorInvalidValue;
+  const int64_t d = p.n_heads * p.head_dim;
+  if (p.n_tokens == 0 || d == 0) return cudaSuccess;
+  if (p.pre == nullptr || p.dt_bias == nullptr || p.a == nullptr || p.g == nullptr || p.n_tokens > 65535) {
+    return cudaErrorInvalidValue;
+  }
+  const dim3 grid(static_cast<unsigned>(detail::CeilDiv(d, 256)), static_cast<unsigned>(p.n_tokens));
+  KdaGateKernel<<<grid, 256, 0, stream>>>(p);
+  K3_CUDA_CHECK(cudaGetLastError());
+  return cudaSuccess;
+}
+
+}  // namespace k3::cuda

@@ -1,0 +1,157 @@
+// Host side of the dequantizing GEMV: validation, chunk geometry, token passes, dispatch.
+#include "kernels/cuda/quant_gemv/quant_gemv.h"
+
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/quant_gemv/gemv_impl.cuh"
+
+namespace k3::cuda {
+namespace qgemv {
+
+cudaError_t PrepareKernel(const void* kernel, int smem_bytes, int* blocks_per_sm) {
+  struct Entry {
+    const void* kernel;
+    int device;
+    int smem;
+    int per_sm;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> cache;
+  int dev = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  bool attr_set = false;
+  for (const Entry& e : cache) {
+    if (e.kernel == kernel && e.device == dev) {
+      attr_set = true;
+      if (e.smem == smem_bytes) {
+        *blocks_per_sm = e.per_sm;
+        return cudaSuccess;
+      }
+    }
+  }
+  if (!attr_set) {
+    int optin = 0;
+    K3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+  }
+  int per_sm = 0;
+  K3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+  if (per_sm < 1) return cudaErrorInvalidConfiguration;  // does not fit: shared memory too large
+  cache.push_back({kernel, dev, smem_bytes, per_sm});
+  *blocks_per_sm = per_sm;
+  return cudaSuccess;
+}
+
+namespace {
+
+using LaunchFn = cudaError_t (*)(const Args&, int, cudaStream_t);
+
+LaunchFn FindLaunch(quant::GgmlType type) {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::kF32: return LaunchF32;
+    case GgmlType::kF16: return LaunchF16;
+    case GgmlType::kBF16: return LaunchBF16;
+    case GgmlType::kQ8_0: return LaunchQ8_0;
+    case GgmlType::kQ4_0: return LaunchQ4_0;
+    case GgmlType::kQ5_0: return LaunchQ5_0;
+    case GgmlType::kIQ4_NL: return LaunchIQ4_NL;
+    case GgmlType::kQ2_K: return LaunchQ2_K;
+    case GgmlType::kQ3_K: return LaunchQ3_K;
+    case GgmlType::kQ4_K: return LaunchQ4_K;
+    case GgmlType::kQ5_K: return LaunchQ5_K;
+    case GgmlType::kQ6_K: return LaunchQ6_K;
+    case GgmlType::kIQ2_XXS: return LaunchIQ2_XXS;
+    case GgmlType::kIQ2_XS: return LaunchIQ2_XS;
+    case GgmlType::kIQ2_S: return LaunchIQ2_S;
+    case GgmlType::kIQ3_XXS: return LaunchIQ3_XXS;
+    case GgmlType::kIQ3_S: return LaunchIQ3_S;
+    case GgmlType::kIQ1_S: return LaunchIQ1_S;
+    case GgmlType::kIQ1_M: return LaunchIQ1_M;
+    case GgmlType::kIQ4_XS: return LaunchIQ4_XS;
+    default: return nullptr;
+  }
+}
+
+int FormatTableBytes(quant::GgmlType type) {
+  int bytes = -1;
+  VisitFormat(type, [&](auto f) { bytes = TableBytes<decltype(f)>(); });
+  return bytes;
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+}  // namespace
+}  // namespace qgemv
+
+bool QuantGemvSupports(quant::GgmlType type) { return qgemv::FindLaunch(type) != nullptr; }
+
+size_t QuantGemvMinBytes(const QuantGemvParams& p) {
+  return static_cast<size_t>(p.n_mats) *
+         (static_cast<size_t>(p.rows) * p.row_bytes +
+          static_cast<size_t>(p.n_tokens) * (static_cast<size_t>(p.cols) + static_cast<size_t>(p.rows)) * 4u);
+}
+
+cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
+  using namespace qgemv;
+  const LaunchFn launch = FindLaunch(p.type);
+  if (launch == nullptr) return cudaErrorInvalidValue;
+  const quant::TypeTraits& tr = quant::Traits(p.type);
+  const int64_t be = tr.block_elems, bb = tr.block_bytes;
+  if (p.rows < 0 || p.cols <= 0 || p.n_mats < 0 || p.n_tokens < 0) return cudaErrorInvalidValue;
+  if (p.rows == 0 || p.n_mats == 0 || p.n_tokens == 0) return cudaSuccess;
+  if (p.cols % be != 0 || p.cols % 8 != 0) return cudaErrorInvalidValue;
+  const int64_t bpr = p.cols / be;
+  if (static_cast<int64_t>(p.row_bytes) != bpr * bb || bpr > (int64_t{1} << 30)) return cudaErrorInvalidValue;
+  if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
+  if (!Aligned16(p.weight) || !Aligned16(p.x)) return cudaErrorMisalignedAddress;
+  if ((p.n_mats > 1 || p.mat_ids != nullptr) && (p.mat_stride_bytes % 16 != 0 || p.mat_stride_bytes < p.rows * static_cast<int64_t>(p.row_bytes))) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.x_stride % 4 != 0 || p.x_mat_stride % 4 != 0 || p.x_stride < p.cols || p.y_stride < p.rows) {
+    return cudaErrorInvalidValue;
+  }
+
+  // Chunks of about kChunkTargetBytes per row, balanced, each a multiple of 256 elements where
+  // the row allows (so the 32 lanes get whole rounds of 8-weight runs).
+  const int64_t q = be >= 256 ? 1 : 256 / be;
+  const int64_t want_chunks = (bpr * bb + kChunkTargetBytes - 1) / kChunkTargetBytes;
+  int64_t cb = (bpr + want_chunks - 1) / want_chunks;
+  cb = (cb + q - 1) / q * q;
+  if (cb > bpr) cb = bpr;
+  const int64_t n_chunks = (bpr + cb - 1) / cb;
+
+  Args a{};
+  a.w = static_cast<const uint8_t*>(p.weight);
+  a.mat_stride = p.mat_stride_bytes;
+  a.mat_ids = p.mat_ids;
+  a.n_mats = p.n_mats;
+  a.rows = p.rows;
+  a.row_bytes = static_cast<int64_t>(p.row_bytes);
+  a.mat_bytes = p.rows * static_cast<int64_t>(p.row_bytes);
+  a.tiles_per_mat = (p.rows + kRows - 1) / kRows;
+  a.bpr = static_cast<int32_t>(bpr);
+  a.cb = static_cast<int32_t>(cb);
+  a.n_chunks = static_cast<int32_t>(n_chunks);
+  a.region_bytes = static_cast<int32_t>((cb * bb + 32 + 15) & ~int64_t{15});
+  a.table_bytes = FormatTableBytes(p.type);
+  a.x_stride = p.x_stride;
+  a.x_mat_stride = p.x_mat_stride;
+  a.y_stride = p.y_stride;
+  a.y_mat_stride = p.y_mat_stride;
+  const int smem = a.table_bytes + kWarps * 2 * kRows * a.region_bytes;  // two stages per warp
+
+  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMaxTokens) {
+    const int64_t nt = p.n_tokens - t0 < kQuantGemvMaxTokens ? p.n_tokens - t0 : kQuantGemvMaxTokens;
+    a.n_tokens = static_cast<int32_t>(nt);
+    a.x = p.x + t0 * p.x_stride;
+    a.y = p.y + t0 * p.y_stride;
+    K3_CUDA_CHECK(launch(a, smem, stream));
+  }
+  return cudaSuccess;
+}
+
+}  // namespace k3::cuda

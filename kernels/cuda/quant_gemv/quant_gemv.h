@@ -1,0 +1,51 @@
+// Dequantizing matrix-vector and skinny matrix-matrix products on the GPU:
+//   y[t][r] = Σ_c W[r][c] · x[t][c]      for r < rows, t < n_tokens (1..16 per launch pass)
+// with W in any ggml type the CPU can decode (kernels/quant/dequantize.h), f32 activations and
+// f32 accumulation. The same function as k3::quant::MatMul, up to f32 summation order.
+//
+// Batched form (MoE experts): n_mats matrices of one shape, matrix i being
+//   weight + (mat_ids ? mat_ids[i] : i) * mat_stride_bytes,
+// each with its own x and y slices (x_mat_stride may be 0: every matrix reads the same x).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/quant/ggml_type.h"
+
+namespace k3::cuda {
+
+inline constexpr int kQuantGemvMaxTokens = 16;  // tokens per kernel pass; more are looped on the host
+
+struct QuantGemvParams {
+  quant::GgmlType type;       // weight type; QuantGemvSupports(type) must hold
+  const void* weight;         // [n_mats][rows][row_bytes] device, 16-byte aligned
+  int64_t rows;               // output rows per matrix (ne[1])
+  int64_t cols;               // input width (ne[0]); whole blocks, and a multiple of 8
+  size_t row_bytes;           // bytes per row; must equal cols / block_elems * block_bytes (dense)
+  int64_t n_mats = 1;         // matrices in this launch (experts); 1 for a plain GEMV
+  int64_t mat_stride_bytes = 0;   // bytes between consecutive matrices; multiple of 16
+  const int32_t* mat_ids = nullptr;  // [n_mats] device: matrix index per slot, or nullptr = slot i
+  const float* x;             // [n_mats][n_tokens][x_stride] device, 16-byte aligned
+  int64_t x_stride;           // floats between token rows of x; multiple of 4, >= cols
+  int64_t x_mat_stride = 0;   // floats between the x of consecutive slots (0: shared x)
+  float* y;                   // [n_mats][n_tokens][y_stride] device
+  int64_t y_stride;           // floats between token rows of y, >= rows
+  int64_t y_mat_stride = 0;   // floats between the y of consecutive slots
+  int64_t n_tokens;           // token rows, >= 1 (looped in passes of kQuantGemvMaxTokens)
+};
+
+// True for every type with a GPU decoder (the same set as quant::CanDequantize).
+bool QuantGemvSupports(quant::GgmlType type);
+
+// Launches the product on `stream`. cudaErrorInvalidValue for a bad shape, type, stride or
+// alignment (nothing is launched then); otherwise the launch's error, if any.
+cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream);
+
+// Bytes the launch reads at least (weights once, x once per matrix) and writes: the numerator of
+// the achieved-bandwidth figure.
+size_t QuantGemvMinBytes(const QuantGemvParams& p);
+
+}  // namespace k3::cuda

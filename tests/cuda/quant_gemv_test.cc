@@ -1,0 +1,184 @@
+// QuantGemv against k3::quant::MatMul (the CPU reference) on random weights of every type and on
+// the real K3 shapes (7168 -> 12288 and 12288 -> 7168 Q8_0, the F32 router, 3584 <-> 3072 IQ1_S
+// experts batched through mat_ids). y is poisoned with NaN, including the padding between rows
+// (y_stride > rows), which must stay NaN: every output written, nothing else.
+//
+// Tolerance per output: 3e-5 · Σ_c |w_c x_c| (f32 sums in two different orders differ by a few
+// 1e-7 of that; one wrong weight moves the result by about 1/cols of it, i.e. 1e-4 at 7168).
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/quant_gemv/quant_gemv.h"
+#include "kernels/quant/dequantize.h"
+#include "kernels/quant/dot.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/quant_random.h"
+
+namespace k3::cuda::testing {
+namespace {
+
+using quant::GgmlType;
+
+struct Case {
+  GgmlType type;
+  int64_t rows, cols, n_tokens;
+  int64_t n_mats = 1;   // slots in the launch
+  int64_t n_pool = 1;   // distinct matrices in memory (slots pick through mat_ids when > 1)
+  bool shared_x = true; // every slot reads the same x
+};
+
+void RunCase(const Case& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << quant::TypeName(c.type) << " rows " << c.rows << " cols " << c.cols
+                                    << " tokens " << c.n_tokens << " mats " << c.n_mats << "/" << c.n_pool);
+  std::mt19937_64 rng(seed);
+  const quant::TypeTraits& tr = quant::Traits(c.type);
+  const size_t row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
+  const size_t mat_bytes = row_bytes * c.rows;
+  const size_t mat_stride = (mat_bytes + 255) / 256 * 256;  // experts of a 3-D tensor are packed; keep 16-aligned
+  std::vector<uint8_t> pool(mat_stride * c.n_pool);
+  for (int64_t m = 0; m < c.n_pool; ++m) {
+    const auto mat = RandomQuantRows(c.type, c.rows, c.cols, rng);
+    std::copy(mat.begin(), mat.end(), pool.begin() + m * mat_stride);
+  }
+  std::vector<int32_t> ids(c.n_mats);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % c.n_pool);
+  if (c.n_mats == 1) ids[0] = 0;
+  const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
+  const int64_t x_slots = c.shared_x ? 1 : c.n_mats;
+  const std::vector<float> x = Normal(rng, x_slots * c.n_tokens * x_stride, 0.0, 1.0);
+
+  DeviceBuffer<uint8_t> d_w(pool);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<int32_t> d_ids(ids);
+  DeviceBuffer<float> d_y(static_cast<size_t>(c.n_mats * c.n_tokens * y_stride));
+  d_y.Poison();
+
+  QuantGemvParams p;
+  p.type = c.type;
+  p.weight = d_w.get();
+  p.rows = c.rows;
+  p.cols = c.cols;
+  p.row_bytes = row_bytes;
+  p.n_mats = c.n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  p.mat_ids = c.n_mats > 1 ? d_ids.get() : nullptr;
+  p.x = d_x.get();
+  p.x_stride = x_stride;
+  p.x_mat_stride = c.shared_x ? 0 : c.n_tokens * x_stride;
+  p.y = d_y.get();
+  p.y_stride = y_stride;
+  p.y_mat_stride = c.n_tokens * y_stride;
+  p.n_tokens = c.n_tokens;
+  K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
+  const std::vector<float> y = d_y.Download();
+
+  std::vector<float> ref(c.n_tokens * c.rows), w(c.cols);
+  std::vector<double> bound(c.n_tokens * c.rows);
+  for (int64_t s = 0; s < c.n_mats; ++s) {
+    const uint8_t* mat = pool.data() + ids[s] * mat_stride;
+    const float* xs = x.data() + (c.shared_x ? 0 : s * c.n_tokens * x_stride);
+    quant::MatMul({c.type, mat, c.rows, c.cols, row_bytes}, xs, c.n_tokens, x_stride, ref.data(), c.rows);
+    for (int64_t r = 0; r < c.rows; ++r) {
+      quant::DequantizeRow(c.type, mat + r * row_bytes, w.data(), c.cols);
+      for (int64_t t = 0; t < c.n_tokens; ++t) {
+        double a = 0;
+        for (int64_t i = 0; i < c.cols; ++i) a += std::fabs(static_cast<double>(w[i]) * xs[t * x_stride + i]);
+        bound[t * c.rows + r] = 3e-5 * a + 1e-30;
+      }
+    }
+    std::vector<float> got(c.n_tokens * c.rows);
+    std::vector<double> want(ref.begin(), ref.end());
+    int64_t pad_written = 0;
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      const float* yt = y.data() + s * c.n_tokens * y_stride + t * y_stride;
+      std::copy(yt, yt + c.rows, got.begin() + t * c.rows);
+      for (int64_t r = c.rows; r < y_stride; ++r) pad_written += !std::isnan(yt[r]);
+    }
+    EXPECT_TRUE(AllClose(got, want, 0.0, 0.0, &bound)) << "slot " << s << " (matrix " << ids[s] << ")";
+    EXPECT_EQ(pad_written, 0) << "slot " << s << ": writes past `rows`";
+  }
+}
+
+TEST(QuantGemvTest, EveryTypeEveryTokenCount) {
+  K3_REQUIRE_GPU();
+  uint64_t seed = 1000;
+  for (GgmlType type : AllGpuTypes()) {
+    for (int64_t tokens : {1, 3, 16, 20}) {
+      // 258 rows: a partial last tile of 4 rows; 7168 columns: the hidden width.
+      RunCase({type, 258, 7168, tokens}, ++seed);
+    }
+  }
+}
+
+TEST(QuantGemvTest, K3ProjectionQ8_0_7168To12288) {
+  K3_REQUIRE_GPU();
+  RunCase({GgmlType::kQ8_0, 12288, 7168, 1}, 1);
+  RunCase({GgmlType::kQ8_0, 12288, 7168, 16}, 2);
+}
+
+TEST(QuantGemvTest, K3OutputProjectionQ8_0_12288To7168) {
+  K3_REQUIRE_GPU();
+  RunCase({GgmlType::kQ8_0, 7168, 12288, 1}, 3);
+  RunCase({GgmlType::kQ8_0, 7168, 12288, 5}, 4);
+}
+
+TEST(QuantGemvTest, K3RouterF32_7168To896) {
+  K3_REQUIRE_GPU();
+  RunCase({GgmlType::kF32, 896, 7168, 1}, 5);
+  RunCase({GgmlType::kF32, 896, 7168, 8}, 6);
+}
+
+TEST(QuantGemvTest, K3ExpertsIQ1S_3584To3072_Batched) {
+  K3_REQUIRE_GPU();
+  // gate/up: 16 chosen experts (of a pool of 24) read the same latent x
+  RunCase({GgmlType::kIQ1_S, 3072, 3584, 1, 16, 24, true}, 7);
+  // down: 3072 -> 3584, each expert its own input row
+  RunCase({GgmlType::kIQ1_S, 3584, 3072, 1, 16, 24, false}, 8);
+  // a few tokens per expert
+  RunCase({GgmlType::kIQ1_S, 3072, 3584, 4, 8, 12, false}, 9);
+}
+
+TEST(QuantGemvTest, GoldenModelShapes) {
+  K3_REQUIRE_GPU();
+  // k3-golden-a: hidden 512, expert latent 256, expert FFN 256 (one IQ1_S block per row)
+  RunCase({GgmlType::kIQ1_S, 256, 256, 1, 4, 32, true}, 10);
+  RunCase({GgmlType::kQ8_0, 1536, 512, 9}, 11);
+  RunCase({GgmlType::kF32, 32, 512, 64}, 12);
+}
+
+TEST(QuantGemvTest, RejectsBadArguments) {
+  K3_REQUIRE_GPU();
+  DeviceBuffer<uint8_t> w(34 * 8 * 4 + 64);
+  DeviceBuffer<float> x(512), y(64);
+  QuantGemvParams p;
+  p.type = GgmlType::kQ8_0;
+  p.weight = w.get();
+  p.rows = 4;
+  p.cols = 256;
+  p.row_bytes = 34 * 8;
+  p.x = x.get();
+  p.x_stride = 256;
+  p.y = y.get();
+  p.y_stride = 4;
+  p.n_tokens = 1;
+  EXPECT_EQ(QuantGemv(p, nullptr), cudaSuccess);
+  K3_ASSERT_CUDA(cudaDeviceSynchronize());
+  QuantGemvParams bad = p;
+  bad.row_bytes = 34 * 8 + 2;  // not dense
+  EXPECT_EQ(QuantGemv(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.x = x.get() + 1;  // misaligned activations
+  EXPECT_EQ(QuantGemv(bad, nullptr), cudaErrorMisalignedAddress);
+  bad = p;
+  bad.type = GgmlType::kQ8_K;
+  EXPECT_EQ(QuantGemv(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.cols = 250;
+  EXPECT_EQ(QuantGemv(bad, nullptr), cudaErrorInvalidValue);
+}
+
+}  // namespace
+}  // namespace k3::cuda::testing
