@@ -67,7 +67,18 @@ absl::Status Run(k3::CliArgs& args) {
   if (metrics_port > 0) {
     http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
       router.groups_up();
-      res.set_content(metrics.Render(), "text/plain; version=0.0.4");
+      std::string text = metrics.Render();
+      text += "# HELP k3_worker_group_up Whether a worker group answers its health check.\n"
+              "# TYPE k3_worker_group_up gauge\n";
+      for (const auto& g : router.groups()) {
+        text += "k3_worker_group_up{address=\"" + g->address() + "\"} " + (g->healthy() ? "1" : "0") + "\n";
+      }
+      text += "# HELP k3_worker_group_requests Requests queued or running on a worker group.\n"
+              "# TYPE k3_worker_group_requests gauge\n";
+      for (const auto& g : router.groups()) {
+        text += "k3_worker_group_requests{address=\"" + g->address() + "\"} " + std::to_string(g->load()) + "\n";
+      }
+      res.set_content(text, "text/plain; version=0.0.4");
     });
     http_thread = std::thread([&] { http.listen("127.0.0.1", static_cast<int>(metrics_port)); });
     spdlog::info("metrics on http://127.0.0.1:{}/metrics", metrics_port);

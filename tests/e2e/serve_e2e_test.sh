@@ -58,8 +58,10 @@ echo "$out" | grep -q "DEADLINE_EXCEEDED" || fail "no deadline error: $out"
 for _ in $(seq 1 50); do k3 stats | grep -q "running: " || break; sleep 0.1; done
 k3 stats | grep -q "requests_running: [1-9]" && fail "a cancelled request is still running"
 
-# 4. Metrics.
-curl -sf "http://127.0.0.1:$mport/metrics" | grep -q "k3_requests_total" || fail "metrics endpoint"
+# 4. Metrics, with per-group health.
+curl -sf "http://127.0.0.1:$mport/metrics" > "$work/metrics.txt" || fail "metrics endpoint"
+grep -q "k3_requests_total" "$work/metrics.txt" || fail "metrics: no k3_requests_total"
+grep -q "k3_worker_group_up{address=\"127.0.0.1:$wport\"} 1" "$work/metrics.txt" || fail "metrics: no per-group health"
 
 # 5. Kill the worker group: requests fail cleanly, health says so, a restart rejoins.
 kill -9 "$gpid"; pkill -9 -f "k3-worker --model $model --serve 127.0.0.1:$wport" 2>/dev/null
