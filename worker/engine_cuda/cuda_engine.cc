@@ -1,0 +1,1025 @@
+#include "worker/engine_cuda/cuda_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/activation/activation.h"
+#include "kernels/cuda/kda/kda.h"
+#include "kernels/cuda/mla/mla_decode.h"
+#include "kernels/cuda/moe/moe_router.h"
+#include "kernels/cuda/norm/norm.h"
+#include "kernels/cuda/quant_gemv/quant_gemv.h"
+#include "kernels/cuda/residual_mix/residual_mix.h"
+#include "kernels/cuda/short_conv/short_conv.h"
+#include "kernels/quant/dequantize.h"
+#include "worker/common/status_macros.h"
+#include "worker/engine/model_weights.h"
+#include "worker/engine_cuda/engine_kernels.h"
+#include "worker/gguf/gguf_file.h"
+#include "worker/model/tensor_manifest.h"
+#include "worker/synth/synth_model.h"
+
+namespace k3::engine_cuda {
+namespace {
+
+absl::Status Cu(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+#define K3_CU(expr) K3_RETURN_IF_ERROR(Cu((expr), #expr))
+
+// Device views of the weights.
+struct DMat {
+  quant::GgmlType type = quant::GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0;
+  size_t row_bytes = 0;
+};
+struct DStack {
+  quant::GgmlType type = quant::GgmlType::kF32;
+  const void* data = nullptr;
+  int64_t rows = 0, cols = 0, count = 0;
+  size_t row_bytes = 0, matrix_stride = 0;
+};
+using DVec = const float*;
+
+struct DKda { DMat q, k, v, f_a, f_b, beta, g, out; DVec conv_q, conv_k, conv_v, a, dt_bias, norm; };
+struct DMla { DMat q_a, q_b, kv_a, gate, out; DVec q_a_norm, kv_a_norm; DStack k_b, v_b; bool has_gate = false; };
+struct DDense { DMat gate, up, down; };
+struct DMoe {
+  DMat router, routed_down, routed_up, shared_gate, shared_up, shared_down;
+  DVec selection_bias, routed_norm;
+  DStack gate_exps, up_exps, down_exps;
+  bool has_routed_norm = false, has_shared = false;
+};
+struct DLayer { DVec attn_norm, ffn_norm, attn_res_score, ffn_res_score; DKda kda; DMla mla; DDense dense; DMoe moe; };
+
+}  // namespace
+
+struct CudaEngine::Impl {
+  std::vector<void*> allocs;
+  DMat token_embd, output;
+  bool embd_f32 = false;
+  DVec output_norm = nullptr, output_res_score = nullptr;
+  std::vector<DLayer> layers;
+  // state
+  float* kda_state = nullptr;  // [n_kda][max_seqs][state_floats]
+  float* conv_hist = nullptr;  // [n_kda][max_seqs][3][taps-1][D]
+  void* mla_cache = nullptr;   // [n_pages][n_mla][page_size][row]
+  int64_t n_pages = 0, pages_per_seq = 0;
+  // per-step metadata: [tokens B][seq_lens B][slots B][block tables B x pages_per_seq]
+  int32_t* meta_h = nullptr;
+  int32_t* meta_d = nullptr;
+  size_t meta_ints = 0;
+  // activations
+  std::vector<float*> bank;
+  float *x, *cur, *h, *delta, *mix_ws, *y, *logits;
+  float *kq, *kk, *kv_, *pq, *pk, *pv, *fa, *g, *beta, *o, *gp;
+  float *qa, *qf, *mkv, *qabs, *lat, *mo, *mgate, *mla_ws;
+  int64_t mla_ws_floats = 0;
+  float *rlogits, *wts, *wloc, *r, *xe, *ge, *ue, *ye, *reduce, *sg, *su, *dg, *du;
+  int32_t *ids, *idloc;
+  float* logits_h = nullptr;  // pinned [B][band]
+
+  ~Impl() {
+    for (void* p : allocs) cudaFree(p);
+    if (meta_h) cudaFreeHost(meta_h);
+    if (logits_h) cudaFreeHost(logits_h);
+  }
+  template <class T>
+  absl::StatusOr<T*> Alloc(size_t n) {
+    void* p = nullptr;
+    K3_CU(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    allocs.push_back(p);
+    return static_cast<T*>(p);
+  }
+};
+
+namespace {
+
+// Uploads host views of one rank's shard (engine::ModelWeights), tensor by tensor.
+class Uploader {
+ public:
+  Uploader(CudaEngine::Impl& impl, uint64_t& bytes) : impl_(impl), bytes_(bytes) {}
+
+  absl::StatusOr<DMat> Mat(const quant::QuantMatrix& m) {
+    if (!cuda::QuantGemvSupports(m.type)) {
+      return absl::InvalidArgumentError(absl::StrCat("no GPU GEMV for type ", std::string(quant::TypeName(m.type))));
+    }
+    const size_t n = static_cast<size_t>(m.rows) * m.row_bytes;
+    K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(n));
+    K3_CU(cudaMemcpy(d, m.data, n, cudaMemcpyHostToDevice));
+    bytes_ += n;
+    return DMat{m.type, d, m.rows, m.cols, m.row_bytes};
+  }
+  absl::StatusOr<DStack> Stack(const engine::MatrixStack& s) {
+    const size_t per = static_cast<size_t>(s.rows) * s.row_bytes;
+    K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(per * s.count));
+    for (int64_t i = 0; i < s.count; ++i) {
+      K3_CU(cudaMemcpy(d + i * per, s.data + i * s.matrix_stride, per, cudaMemcpyHostToDevice));
+    }
+    bytes_ += per * s.count;
+    return DStack{s.type, d, s.rows, s.cols, s.count, s.row_bytes, per};
+  }
+  absl::StatusOr<DVec> Vec(const std::vector<float>& v) {
+    K3_ASSIGN_OR_RETURN(float* d, impl_.Alloc<float>(v.size()));
+    K3_CU(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
+    bytes_ += v.size() * sizeof(float);
+    return d;
+  }
+
+  absl::Status Layer(const model::K3Config& c, int64_t il, const engine::LayerWeights& l, DLayer& d) {
+    K3_ASSIGN_OR_RETURN(d.attn_norm, Vec(l.attn_norm));
+    K3_ASSIGN_OR_RETURN(d.ffn_norm, Vec(l.ffn_norm));
+    K3_ASSIGN_OR_RETURN(d.attn_res_score, Vec(l.attn_res_score));
+    K3_ASSIGN_OR_RETURN(d.ffn_res_score, Vec(l.ffn_res_score));
+    if (c.is_mla(il)) {
+      const engine::MlaWeights& w = l.mla;
+      DMla& m = d.mla;
+      K3_ASSIGN_OR_RETURN(m.q_a, Mat(w.q_a));
+      K3_ASSIGN_OR_RETURN(m.q_a_norm, Vec(w.q_a_norm));
+      K3_ASSIGN_OR_RETURN(m.q_b, Mat(w.q_b));
+      K3_ASSIGN_OR_RETURN(m.kv_a, Mat(w.kv_a));
+      K3_ASSIGN_OR_RETURN(m.kv_a_norm, Vec(w.kv_a_norm));
+      K3_ASSIGN_OR_RETURN(m.k_b, Stack(w.k_b));
+      K3_ASSIGN_OR_RETURN(m.v_b, Stack(w.v_b));
+      m.has_gate = w.has_gate;
+      if (w.has_gate) { K3_ASSIGN_OR_RETURN(m.gate, Mat(w.gate)); }
+      K3_ASSIGN_OR_RETURN(m.out, Mat(w.out));
+    } else {
+      const engine::KdaWeights& w = l.kda;
+      DKda& k = d.kda;
+      K3_ASSIGN_OR_RETURN(k.q, Mat(w.q));
+      K3_ASSIGN_OR_RETURN(k.k, Mat(w.k));
+      K3_ASSIGN_OR_RETURN(k.v, Mat(w.v));
+      K3_ASSIGN_OR_RETURN(k.conv_q, Vec(w.conv_q));
+      K3_ASSIGN_OR_RETURN(k.conv_k, Vec(w.conv_k));
+      K3_ASSIGN_OR_RETURN(k.conv_v, Vec(w.conv_v));
+      K3_ASSIGN_OR_RETURN(k.f_a, Mat(w.f_a));
+      K3_ASSIGN_OR_RETURN(k.f_b, Mat(w.f_b));
+      K3_ASSIGN_OR_RETURN(k.beta, Mat(w.beta));
+      K3_ASSIGN_OR_RETURN(k.a, Vec(w.a));
+      K3_ASSIGN_OR_RETURN(k.dt_bias, Vec(w.dt_bias));
+      K3_ASSIGN_OR_RETURN(k.g, Mat(w.g));
+      K3_ASSIGN_OR_RETURN(k.norm, Vec(w.norm));
+      K3_ASSIGN_OR_RETURN(k.out, Mat(w.out));
+    }
+    if (c.is_dense(il)) {
+      K3_ASSIGN_OR_RETURN(d.dense.gate, Mat(l.dense.gate));
+      K3_ASSIGN_OR_RETURN(d.dense.up, Mat(l.dense.up));
+      K3_ASSIGN_OR_RETURN(d.dense.down, Mat(l.dense.down));
+    } else {
+      const engine::MoeWeights& w = l.moe;
+      DMoe& m = d.moe;
+      K3_ASSIGN_OR_RETURN(m.router, Mat(w.router));
+      K3_ASSIGN_OR_RETURN(m.selection_bias, Vec(w.selection_bias));
+      K3_ASSIGN_OR_RETURN(m.routed_down, Mat(w.routed_down));
+      K3_ASSIGN_OR_RETURN(m.gate_exps, Stack(w.gate_exps));
+      K3_ASSIGN_OR_RETURN(m.up_exps, Stack(w.up_exps));
+      K3_ASSIGN_OR_RETURN(m.down_exps, Stack(w.down_exps));
+      m.has_routed_norm = w.has_routed_norm;
+      if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(m.routed_norm, Vec(w.routed_norm)); }
+      K3_ASSIGN_OR_RETURN(m.routed_up, Mat(w.routed_up));
+      m.has_shared = w.has_shared;
+      if (w.has_shared) {
+        K3_ASSIGN_OR_RETURN(m.shared_gate, Mat(w.shared_gate));
+        K3_ASSIGN_OR_RETURN(m.shared_up, Mat(w.shared_up));
+        K3_ASSIGN_OR_RETURN(m.shared_down, Mat(w.shared_down));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Globals(const model::K3Config& c, const engine::ModelWeights& w) {
+    const quant::QuantMatrix& e = w.token_embd;
+    if (EmbedSupports(e.type)) {
+      const size_t n = static_cast<size_t>(e.rows) * e.row_bytes;
+      K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(n));
+      K3_CU(cudaMemcpy(d, e.data, n, cudaMemcpyHostToDevice));
+      impl_.token_embd = DMat{e.type, d, e.rows, e.cols, e.row_bytes};
+      bytes_ += n;
+    } else {  // IQ types: decoded once to f32 rows
+      std::vector<float> rows(static_cast<size_t>(e.rows) * c.hidden);
+      for (int64_t r = 0; r < e.rows; ++r) {
+        quant::DequantizeRow(e.type, static_cast<const uint8_t*>(e.data) + r * e.row_bytes, &rows[r * c.hidden], c.hidden);
+      }
+      K3_ASSIGN_OR_RETURN(DVec d, Vec(rows));
+      impl_.token_embd = DMat{quant::GgmlType::kF32, d, e.rows, c.hidden, static_cast<size_t>(c.hidden) * 4};
+    }
+    K3_ASSIGN_OR_RETURN(impl_.output, Mat(w.output));
+    K3_ASSIGN_OR_RETURN(impl_.output_norm, Vec(w.output_norm));
+    K3_ASSIGN_OR_RETURN(impl_.output_res_score, Vec(w.output_res_score));
+    return absl::OkStatus();
+  }
+
+ private:
+  CudaEngine::Impl& impl_;
+  uint64_t& bytes_;
+};
+
+// ---- synthetic weights: one layer's host shard (1 rank) filled from the generator ----------
+
+class SynthHost {
+ public:
+  explicit SynthHost(const synth::SynthModel& m) : m_(m) {}
+
+  absl::StatusOr<const uint8_t*> Bytes(const std::string& name, const synth::SynthTensor** info) {
+    const synth::SynthTensor* t = m_.Find(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat("synthetic tensor ", name, " is missing"));
+    auto buf = std::make_unique<std::vector<uint8_t>>(t->n_bytes());
+    const int64_t rows = t->n_rows();
+    const int n_threads = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 32));
+    const int64_t per = (rows + n_threads - 1) / n_threads;
+    std::vector<std::thread> th;
+    for (int i = 0; i < n_threads; ++i) {
+      const int64_t r0 = i * per, r1 = std::min(rows, r0 + per);
+      if (r0 >= r1) break;
+      th.emplace_back([&, r0, r1] { m_.FillRows(*t, r0, r1 - r0, buf->data() + r0 * t->row_bytes()); });
+    }
+    for (auto& x : th) x.join();
+    *info = t;
+    store_.push_back(std::move(buf));
+    return store_.back()->data();
+  }
+  absl::StatusOr<quant::QuantMatrix> Matrix(const std::string& name) {
+    const synth::SynthTensor* t = nullptr;
+    K3_ASSIGN_OR_RETURN(const uint8_t* d, Bytes(name, &t));
+    return quant::QuantMatrix{t->type, d, t->n_rows(), t->spec.ne[0], t->row_bytes()};
+  }
+  absl::StatusOr<engine::MatrixStack> Stack(const std::string& name) {
+    const synth::SynthTensor* t = nullptr;
+    K3_ASSIGN_OR_RETURN(const uint8_t* d, Bytes(name, &t));
+    engine::MatrixStack s;
+    s.type = t->type;
+    s.data = d;
+    s.cols = t->spec.ne[0];
+    s.rows = t->spec.ne.size() > 1 ? t->spec.ne[1] : 1;
+    s.count = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
+    s.row_bytes = t->row_bytes();
+    s.matrix_stride = s.rows * s.row_bytes;
+    return s;
+  }
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name) {
+    const synth::SynthTensor* t = nullptr;
+    K3_ASSIGN_OR_RETURN(const uint8_t* d, Bytes(name, &t));
+    std::vector<float> v(t->spec.n_elems());
+    quant::DequantizeRow(t->type, d, v.data(), static_cast<int64_t>(v.size()));
+    return v;
+  }
+  bool Has(const std::string& name) const { return m_.Find(name) != nullptr; }
+  void Clear() { store_.clear(); }
+
+ private:
+  const synth::SynthModel& m_;
+  std::vector<std::unique_ptr<std::vector<uint8_t>>> store_;
+};
+
+std::string Blk(int64_t il, const char* rest) { return absl::StrCat("blk.", il, ".", rest); }
+
+absl::Status SynthLayer(SynthHost& s, const model::K3Config& c, int64_t il, engine::LayerWeights& l) {
+  K3_ASSIGN_OR_RETURN(l.attn_norm, s.Vector(Blk(il, "attn_norm.weight")));
+  K3_ASSIGN_OR_RETURN(l.ffn_norm, s.Vector(Blk(il, "ffn_norm.weight")));
+  K3_ASSIGN_OR_RETURN(l.attn_res_score, s.Vector(Blk(il, "attn_res_score.weight")));
+  K3_ASSIGN_OR_RETURN(l.ffn_res_score, s.Vector(Blk(il, "ffn_res_score.weight")));
+  if (c.is_mla(il)) {
+    engine::MlaWeights& w = l.mla;
+    K3_ASSIGN_OR_RETURN(w.q_a, s.Matrix(Blk(il, "attn_q_a.weight")));
+    K3_ASSIGN_OR_RETURN(w.q_a_norm, s.Vector(Blk(il, "attn_q_a_norm.weight")));
+    K3_ASSIGN_OR_RETURN(w.q_b, s.Matrix(Blk(il, "attn_q_b.weight")));
+    K3_ASSIGN_OR_RETURN(w.kv_a, s.Matrix(Blk(il, "attn_kv_a_mqa.weight")));
+    K3_ASSIGN_OR_RETURN(w.kv_a_norm, s.Vector(Blk(il, "attn_kv_a_norm.weight")));
+    K3_ASSIGN_OR_RETURN(w.k_b, s.Stack(Blk(il, "attn_k_b.weight")));
+    K3_ASSIGN_OR_RETURN(w.v_b, s.Stack(Blk(il, "attn_v_b.weight")));
+    w.has_gate = s.Has(Blk(il, "attn_gate.weight"));
+    if (w.has_gate) { K3_ASSIGN_OR_RETURN(w.gate, s.Matrix(Blk(il, "attn_gate.weight"))); }
+    K3_ASSIGN_OR_RETURN(w.out, s.Matrix(Blk(il, "attn_output.weight")));
+  } else {
+    engine::KdaWeights& w = l.kda;
+    K3_ASSIGN_OR_RETURN(w.q, s.Matrix(Blk(il, "attn_q.weight")));
+    K3_ASSIGN_OR_RETURN(w.k, s.Matrix(Blk(il, "attn_k.weight")));
+    K3_ASSIGN_OR_RETURN(w.v, s.Matrix(Blk(il, "attn_v.weight")));
+    K3_ASSIGN_OR_RETURN(w.conv_q, s.Vector(Blk(il, "ssm_conv1d_q.weight")));
+    K3_ASSIGN_OR_RETURN(w.conv_k, s.Vector(Blk(il, "ssm_conv1d_k.weight")));
+    K3_ASSIGN_OR_RETURN(w.conv_v, s.Vector(Blk(il, "ssm_conv1d_v.weight")));
+    K3_ASSIGN_OR_RETURN(w.f_a, s.Matrix(Blk(il, "ssm_f_a.weight")));
+    K3_ASSIGN_OR_RETURN(w.f_b, s.Matrix(Blk(il, "ssm_f_b.weight")));
+    K3_ASSIGN_OR_RETURN(w.beta, s.Matrix(Blk(il, "ssm_beta.weight")));
+    K3_ASSIGN_OR_RETURN(w.a, s.Vector(Blk(il, "ssm_a")));
+    K3_ASSIGN_OR_RETURN(w.dt_bias, s.Vector(Blk(il, "ssm_dt.bias")));
+    K3_ASSIGN_OR_RETURN(w.g, s.Matrix(Blk(il, "ssm_g.weight")));
+    K3_ASSIGN_OR_RETURN(w.norm, s.Vector(Blk(il, "ssm_norm.weight")));
+    K3_ASSIGN_OR_RETURN(w.out, s.Matrix(Blk(il, "attn_output.weight")));
+  }
+  if (c.is_dense(il)) {
+    K3_ASSIGN_OR_RETURN(l.dense.gate, s.Matrix(Blk(il, "ffn_gate.weight")));
+    K3_ASSIGN_OR_RETURN(l.dense.up, s.Matrix(Blk(il, "ffn_up.weight")));
+    K3_ASSIGN_OR_RETURN(l.dense.down, s.Matrix(Blk(il, "ffn_down.weight")));
+  } else {
+    engine::MoeWeights& w = l.moe;
+    K3_ASSIGN_OR_RETURN(w.router, s.Matrix(Blk(il, "ffn_gate_inp.weight")));
+    K3_ASSIGN_OR_RETURN(w.selection_bias, s.Vector(Blk(il, "exp_probs_b.bias")));
+    K3_ASSIGN_OR_RETURN(w.routed_down, s.Matrix(Blk(il, "ffn_routed_down.weight")));
+    K3_ASSIGN_OR_RETURN(w.gate_exps, s.Stack(Blk(il, "ffn_gate_exps.weight")));
+    K3_ASSIGN_OR_RETURN(w.up_exps, s.Stack(Blk(il, "ffn_up_exps.weight")));
+    K3_ASSIGN_OR_RETURN(w.down_exps, s.Stack(Blk(il, "ffn_down_exps.weight")));
+    w.has_routed_norm = s.Has(Blk(il, "ffn_routed_norm.weight"));
+    if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(w.routed_norm, s.Vector(Blk(il, "ffn_routed_norm.weight"))); }
+    K3_ASSIGN_OR_RETURN(w.routed_up, s.Matrix(Blk(il, "ffn_routed_up.weight")));
+    w.has_shared = s.Has(Blk(il, "ffn_gate_shexp.weight"));
+    if (w.has_shared) {
+      K3_ASSIGN_OR_RETURN(w.shared_gate, s.Matrix(Blk(il, "ffn_gate_shexp.weight")));
+      K3_ASSIGN_OR_RETURN(w.shared_up, s.Matrix(Blk(il, "ffn_up_shexp.weight")));
+      K3_ASSIGN_OR_RETURN(w.shared_down, s.Matrix(Blk(il, "ffn_down_shexp.weight")));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// GEMV helpers.
+cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                 cudaStream_t s) {
+  cuda::QuantGemvParams p;
+  p.type = w.type;
+  p.weight = w.data;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_bytes = w.row_bytes;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.y = y;
+  p.y_stride = y_stride;
+  p.n_tokens = n;
+  return cuda::QuantGemv(p, s);
+}
+
+// Batched: slot i uses matrix ids[i] (or i), its x at x + i*x_mat, y at y + i*y_mat.
+cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
+                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s) {
+  cuda::QuantGemvParams p;
+  p.type = w.type;
+  p.weight = w.data;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_bytes = w.row_bytes;
+  p.n_mats = n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  p.mat_ids = ids;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.x_mat_stride = x_mat;
+  p.y = y;
+  p.y_stride = y_stride;
+  p.y_mat_stride = y_mat;
+  p.n_tokens = n_tokens;
+  return cuda::QuantGemv(p, s);
+}
+
+cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
+                int64_t groups = 1, const float* gate = nullptr, cuda::NormKind kind = cuda::NormKind::kRms) {
+  cuda::RowNormParams p;
+  p.x = x;
+  p.y = y;
+  p.weight = w;
+  p.gate = gate;
+  p.n_tokens = n;
+  p.n_groups = groups;
+  p.width = width;
+  p.x_stride = groups * width;
+  p.y_stride = groups * width;
+  p.gate_stride = groups * width;
+  p.eps = eps;
+  p.kind = kind;
+  return cuda::RowNorm(p, s);
+}
+
+cudaError_t SituInto(float* g, const float* u, int64_t rows, int64_t width, const model::K3Config& c,
+                     cudaStream_t s) {
+  cuda::SituParams p;
+  p.g = g;
+  p.u = u;
+  p.out = g;
+  p.n_tokens = rows;
+  p.width = width;
+  p.g_stride = width;
+  p.u_stride = width;
+  p.out_stride = width;
+  p.beta = c.situ_beta;
+  p.lambda = c.situ_linear_beta;
+  return cuda::Situ(p, s);
+}
+
+uint64_t MatBytes(const DMat& m) { return static_cast<uint64_t>(m.rows) * m.row_bytes; }
+
+}  // namespace
+
+CudaEngine::CudaEngine() : impl_(std::make_unique<Impl>()) {}
+
+CudaEngine::~CudaEngine() {
+  for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
+  impl_.reset();
+  if (stream_) cudaStreamDestroy(stream_);
+}
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& path,
+                                                             const CudaEngineOptions& options) {
+  std::unique_ptr<CudaEngine> e(new CudaEngine());
+  K3_ASSIGN_OR_RETURN(std::unique_ptr<gguf::GgufFile> file, gguf::GgufFile::Open(path));
+  K3_ASSIGN_OR_RETURN(e->config_, model::ParseK3Config(*file));
+  K3_RETURN_IF_ERROR(model::ValidateManifest(e->config_, *file));
+  K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
+  if (options.rank < 0 || options.rank >= options.plan.ranks) return absl::InvalidArgumentError("rank outside the plan");
+  if (options.plan.ranks != 1) return absl::UnimplementedError("CudaEngine: one rank only for now");
+  e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
+  K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
+  K3_ASSIGN_OR_RETURN(engine::ModelWeights w, engine::BindWeights(e->config_, *file, e->shard_));
+  Uploader up(*e->impl_, e->weight_bytes_);
+  K3_RETURN_IF_ERROR(up.Globals(e->config_, w));
+  e->impl_->layers.resize(e->config_.n_layers);
+  for (int64_t il = 0; il < e->config_.n_layers; ++il) {
+    K3_RETURN_IF_ERROR(up.Layer(e->config_, il, w.layers[il], e->impl_->layers[il]));
+    if (options.verbose && (il + 1 == e->config_.n_layers || (il + 1) % 8 == 0)) {
+      std::fprintf(stderr, "[cuda_engine] uploaded %lld/%lld layers, %.2f GB\n", static_cast<long long>(il + 1),
+                   static_cast<long long>(e->config_.n_layers), e->weight_bytes_ / 1e9);
+    }
+  }
+  K3_RETURN_IF_ERROR(e->Init(options));
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSource& source,
+                                                                  const CudaEngineOptions& options) {
+  std::unique_ptr<CudaEngine> e(new CudaEngine());
+  if (options.plan.ranks != 1) return absl::UnimplementedError("CudaEngine: one rank only for now");
+  K3_ASSIGN_OR_RETURN(model::QuantMix mix, model::QuantMix::Preset(source.quant));
+  synth::SynthOptions so;
+  so.seed = source.seed;
+  K3_ASSIGN_OR_RETURN(synth::SynthModel m, synth::SynthModel::Create(source.config, mix, so));
+  e->config_ = m.config();
+  K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
+  e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
+  K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
+  SynthHost host(m);
+  Uploader up(*e->impl_, e->weight_bytes_);
+  {
+    engine::ModelWeights w;
+    K3_ASSIGN_OR_RETURN(w.token_embd, host.Matrix("token_embd.weight"));
+    K3_ASSIGN_OR_RETURN(w.output, host.Matrix("output.weight"));
+    K3_ASSIGN_OR_RETURN(w.output_norm, host.Vector("output_norm.weight"));
+    K3_ASSIGN_OR_RETURN(w.output_res_score, host.Vector("output_res_score.weight"));
+    K3_RETURN_IF_ERROR(up.Globals(e->config_, w));
+    host.Clear();
+  }
+  e->impl_->layers.resize(e->config_.n_layers);
+  for (int64_t il = 0; il < e->config_.n_layers; ++il) {
+    engine::LayerWeights lw;
+    K3_RETURN_IF_ERROR(SynthLayer(host, e->config_, il, lw));
+    K3_RETURN_IF_ERROR(up.Layer(e->config_, il, lw, e->impl_->layers[il]));
+    host.Clear();
+    if (options.verbose) {
+      std::fprintf(stderr, "[cuda_engine] synthetic layer %lld/%lld filled and uploaded, %.2f GB\n",
+                   static_cast<long long>(il + 1), static_cast<long long>(e->config_.n_layers),
+                   e->weight_bytes_ / 1e9);
+    }
+  }
+  K3_RETURN_IF_ERROR(e->Init(options));
+  return e;
+}
+
+absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
+  options_ = options;
+  const model::K3Config& c = config_;
+  Impl& m = *impl_;
+  if (options.max_seqs < 1 || options.max_batch < 1 || options.page_size < 1) {
+    return absl::InvalidArgumentError("max_seqs, max_batch, page_size must be >= 1");
+  }
+  K3_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  const int64_t B = options.max_batch, H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
+  const int64_t D = nh * hd, taps = c.conv_kernel;
+  int64_t cache_tokens = options.cache_tokens;
+  if (cache_tokens <= 0) cache_tokens = options.max_seqs * std::min<int64_t>(c.context_length, 1 << 16);
+  int64_t max_ctx = options.max_context > 0 ? options.max_context : std::min(c.context_length, cache_tokens);
+  max_ctx = std::min(max_ctx, c.context_length);
+  options_.max_context = max_ctx;
+  m.pages_per_seq = (max_ctx + options.page_size - 1) / options.page_size;
+  m.n_pages = (cache_tokens + options.page_size - 1) / options.page_size;
+  const int64_t n_kda = c.n_kda_layers(), n_mla = c.n_mla_layers();
+  const int64_t state_floats = nh * hd * hd, conv_floats = 3 * (taps - 1) * D;
+  K3_ASSIGN_OR_RETURN(m.kda_state, m.Alloc<float>(static_cast<size_t>(n_kda) * options.max_seqs * state_floats));
+  K3_ASSIGN_OR_RETURN(m.conv_hist, m.Alloc<float>(static_cast<size_t>(n_kda) * options.max_seqs * conv_floats));
+  const size_t elem = options.cache_f16 ? 2 : 4;
+  K3_ASSIGN_OR_RETURN(uint8_t* cache, m.Alloc<uint8_t>(static_cast<size_t>(m.n_pages) * n_mla * options.page_size * c.mla_row * elem));
+  m.mla_cache = cache;
+  for (int64_t p = m.n_pages - 1; p >= 0; --p) free_pages_.push_back(static_cast<int32_t>(p));
+  for (int64_t s = options.max_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
+
+  m.meta_ints = static_cast<size_t>(3 * B + B * m.pages_per_seq);
+  K3_CU(cudaMallocHost(&m.meta_h, m.meta_ints * sizeof(int32_t)));
+  K3_ASSIGN_OR_RETURN(m.meta_d, m.Alloc<int32_t>(m.meta_ints));
+  K3_CU(cudaMallocHost(&m.logits_h, static_cast<size_t>(B) * shard_.vocab_width * sizeof(float)));
+
+  auto F = [&](size_t n) { return m.Alloc<float>(n); };
+  for (int64_t i = 0; i < c.max_checkpoints(); ++i) {
+    K3_ASSIGN_OR_RETURN(float* b, F(B * H));
+    m.bank.push_back(b);
+  }
+  K3_ASSIGN_OR_RETURN(m.x, F(B * H));
+  K3_ASSIGN_OR_RETURN(m.cur, F(B * H));
+  K3_ASSIGN_OR_RETURN(m.h, F(B * H));
+  K3_ASSIGN_OR_RETURN(m.delta, F(B * H));
+  K3_ASSIGN_OR_RETURN(m.y, F(B * H));
+  K3_ASSIGN_OR_RETURN(m.mix_ws, F(cuda::ResidualMixWorkspaceFloats(B, H)));
+  K3_ASSIGN_OR_RETURN(m.logits, F(B * shard_.vocab_width));
+  // KDA
+  K3_ASSIGN_OR_RETURN(m.pq, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.pk, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.pv, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.kq, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.kk, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.kv_, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.fa, F(B * hd));
+  K3_ASSIGN_OR_RETURN(m.g, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.beta, F(B * nh));
+  K3_ASSIGN_OR_RETURN(m.o, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.gp, F(B * D));
+  // MLA
+  const int64_t qk = c.mla_qk_head_dim(), row = c.mla_row, lora = c.kv_lora_rank;
+  K3_ASSIGN_OR_RETURN(m.qa, F(B * c.q_lora_rank));
+  K3_ASSIGN_OR_RETURN(m.qf, F(B * nh * qk));
+  K3_ASSIGN_OR_RETURN(m.mkv, F(B * row));
+  K3_ASSIGN_OR_RETURN(m.qabs, F(B * nh * row));
+  K3_ASSIGN_OR_RETURN(m.lat, F(B * nh * lora));
+  K3_ASSIGN_OR_RETURN(m.mo, F(B * nh * c.v_head_dim));
+  K3_ASSIGN_OR_RETURN(m.mgate, F(B * nh * c.v_head_dim));
+  const int max_splits = cuda::MlaDecodeSplits(1, nh, max_ctx) * 2 + 8;
+  m.mla_ws_floats = cuda::MlaDecodeWorkspaceFloats(B, nh, lora, max_splits);
+  K3_ASSIGN_OR_RETURN(m.mla_ws, F(m.mla_ws_floats));
+  // MoE / dense
+  const int64_t E = c.n_experts, K = c.n_experts_used, L = c.expert_latent, Fw = shard_.expert_ffn_width;
+  K3_ASSIGN_OR_RETURN(m.rlogits, F(B * std::max<int64_t>(E, 1)));
+  K3_ASSIGN_OR_RETURN(m.wts, F(B * K));
+  K3_ASSIGN_OR_RETURN(m.wloc, F(B * K));
+  K3_ASSIGN_OR_RETURN(m.ids, m.Alloc<int32_t>(B * K));
+  K3_ASSIGN_OR_RETURN(m.idloc, m.Alloc<int32_t>(B * K));
+  K3_ASSIGN_OR_RETURN(m.r, F(B * L));
+  K3_ASSIGN_OR_RETURN(m.xe, F(B * K * L));
+  K3_ASSIGN_OR_RETURN(m.ge, F(B * K * Fw));
+  K3_ASSIGN_OR_RETURN(m.ue, F(B * K * Fw));
+  K3_ASSIGN_OR_RETURN(m.ye, F(B * K * L));
+  K3_ASSIGN_OR_RETURN(m.reduce, F(B * (L + H)));
+  K3_ASSIGN_OR_RETURN(m.sg, F(B * std::max<int64_t>(shard_.shared_width, 1)));
+  K3_ASSIGN_OR_RETURN(m.su, F(B * std::max<int64_t>(shard_.shared_width, 1)));
+  K3_ASSIGN_OR_RETURN(m.dg, F(B * std::max<int64_t>(shard_.dense_width, 1)));
+  K3_ASSIGN_OR_RETURN(m.du, F(B * std::max<int64_t>(shard_.dense_width, 1)));
+  K3_CU(cudaDeviceSynchronize());
+  return absl::OkStatus();
+}
+
+uint64_t CudaEngine::step_weight_bytes(int64_t n_seqs) const {
+  const model::K3Config& c = config_;
+  const Impl& m = *impl_;
+  uint64_t b = MatBytes(m.output) + m.token_embd.row_bytes;
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    const DLayer& l = m.layers[il];
+    if (c.is_mla(il)) {
+      const DMla& w = l.mla;
+      b += MatBytes(w.q_a) + MatBytes(w.q_b) + MatBytes(w.kv_a) + MatBytes(w.out) + (w.has_gate ? MatBytes(w.gate) : 0);
+      b += w.k_b.matrix_stride * w.k_b.count + w.v_b.matrix_stride * w.v_b.count;
+    } else {
+      const DKda& w = l.kda;
+      b += MatBytes(w.q) + MatBytes(w.k) + MatBytes(w.v) + MatBytes(w.f_a) + MatBytes(w.f_b) + MatBytes(w.beta) +
+           MatBytes(w.g) + MatBytes(w.out);
+    }
+    if (c.is_dense(il)) {
+      b += MatBytes(l.dense.gate) + MatBytes(l.dense.up) + MatBytes(l.dense.down);
+    } else {
+      const DMoe& w = l.moe;
+      b += MatBytes(w.router) + MatBytes(w.routed_down) + MatBytes(w.routed_up);
+      if (w.has_shared) b += MatBytes(w.shared_gate) + MatBytes(w.shared_up) + MatBytes(w.shared_down);
+      b += static_cast<uint64_t>(std::min<int64_t>(n_seqs * c.n_experts_used, shard_.n_experts)) *
+           (w.gate_exps.matrix_stride + w.up_exps.matrix_stride + w.down_exps.matrix_stride);
+    }
+  }
+  return b;
+}
+
+uint64_t CudaEngine::cache_bytes_per_token() const {
+  return static_cast<uint64_t>(config_.n_mla_layers()) * config_.mla_row * (options_.cache_f16 ? 2 : 4);
+}
+
+absl::Status CudaEngine::Add(SeqId id) {
+  if (seqs_.contains(id)) return absl::AlreadyExistsError(absl::StrCat("sequence ", id, " exists"));
+  if (free_slots_.empty()) return absl::ResourceExhaustedError("no free sequence slot");
+  Sequence s;
+  s.slot = free_slots_.back();
+  free_slots_.pop_back();
+  const model::K3Config& c = config_;
+  const int64_t nh = shard_.n_heads, hd = c.kda_head_dim, D = nh * hd;
+  const size_t state_floats = nh * hd * hd, conv_floats = 3 * (c.conv_kernel - 1) * D;
+  for (int64_t l = 0; l < c.n_kda_layers(); ++l) {
+    K3_CU(cudaMemsetAsync(impl_->kda_state + (l * options_.max_seqs + s.slot) * state_floats, 0,
+                          state_floats * sizeof(float), stream_));
+    K3_CU(cudaMemsetAsync(impl_->conv_hist + (l * options_.max_seqs + s.slot) * conv_floats, 0,
+                          conv_floats * sizeof(float), stream_));
+  }
+  seqs_[id] = std::move(s);
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::Free(SeqId id) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  for (int32_t p : it->second.pages) free_pages_.push_back(p);
+  free_slots_.push_back(it->second.slot);
+  seqs_.erase(it);
+  return absl::OkStatus();
+}
+
+int64_t CudaEngine::Length(SeqId id) const {
+  auto it = seqs_.find(id);
+  return it == seqs_.end() ? -1 : it->second.length;
+}
+
+// Checks the step, reserves pages, fills the metadata and uploads it (async).
+absl::Status CudaEngine::Prepare(std::span<const SeqId> ids, std::span<const int32_t> tokens, int* bucket) {
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (n < 1 || n > options_.max_batch || tokens.size() != ids.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("decode step of ", n, " rows (max_batch ", options_.max_batch, ")"));
+  }
+  std::unordered_set<SeqId> seen;
+  int64_t need = 0, max_len = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    auto it = seqs_.find(ids[i]);
+    if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", ids[i]));
+    if (!seen.insert(ids[i]).second) return absl::InvalidArgumentError("a sequence appears twice in one step");
+    if (tokens[i] < 0 || tokens[i] >= config_.vocab) return absl::InvalidArgumentError("token id outside the vocabulary");
+    const int64_t len = it->second.length;
+    if (len + 1 > options_.max_context) return absl::InvalidArgumentError("context length exceeded");
+    if (len % options_.page_size == 0 && static_cast<int64_t>(it->second.pages.size()) * options_.page_size <= len) ++need;
+    max_len = std::max(max_len, len + 1);
+  }
+  if (need > static_cast<int64_t>(free_pages_.size())) return absl::ResourceExhaustedError("MLA cache pages exhausted");
+  const int64_t B = options_.max_batch, MP = impl_->pages_per_seq;
+  int32_t* meta = impl_->meta_h;
+  std::fill(meta, meta + impl_->meta_ints, 0);
+  for (int64_t i = 0; i < n; ++i) {
+    Sequence& s = seqs_[ids[i]];
+    while (static_cast<int64_t>(s.pages.size()) * options_.page_size < s.length + 1) {
+      s.pages.push_back(free_pages_.back());
+      free_pages_.pop_back();
+    }
+    meta[i] = tokens[i];
+    meta[B + i] = static_cast<int32_t>(s.length + 1);
+    meta[2 * B + i] = static_cast<int32_t>(s.slot);
+    std::copy(s.pages.begin(), s.pages.end(), meta + 3 * B + i * MP);
+  }
+  K3_CU(cudaMemcpyAsync(impl_->meta_d, meta, impl_->meta_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  // MLA split bucket: a power of two >= the longest sequence (at least 256 rows).
+  int b = 256;
+  while (b < max_len) b *= 2;
+  *bucket = b;
+  return absl::OkStatus();
+}
+
+void CudaEngine::Commit(std::span<const SeqId> ids) {
+  for (SeqId id : ids) ++seqs_[id].length;
+}
+
+// Kinds for the profile marks.
+enum Mark { kEmbed = 0, kKda, kMla, kDense, kMoe, kMixNorm, kHead, kMarks };
+
+absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<int, cudaEvent_t>>* marks) {
+  const model::K3Config& c = config_;
+  Impl& m = *impl_;
+  cudaStream_t s = stream_;
+  const int64_t B = options_.max_batch, H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim, D = nh * hd;
+  const int64_t taps = c.conv_kernel, MP = m.pages_per_seq;
+  const float eps = c.rms_eps;
+  const int32_t* tokens_d = m.meta_d;
+  const int32_t* lens_d = m.meta_d + B;
+  const int32_t* slots_d = m.meta_d + 2 * B;
+  const int32_t* bt_d = m.meta_d + 3 * B;
+  auto mark = [&](int kind) -> absl::Status {
+    if (marks == nullptr) return absl::OkStatus();
+    cudaEvent_t ev;
+    K3_CU(cudaEventCreate(&ev));
+    K3_CU(cudaEventRecord(ev, s));
+    marks->push_back({kind, ev});
+    return absl::OkStatus();
+  };
+  int n_ckpt = 0;
+  auto mix = [&](const float* w, const float* src, float* dst) -> cudaError_t {
+    cuda::ResidualMixParams p;
+    for (int i = 0; i < n_ckpt; ++i) p.bank[i] = m.bank[i];
+    p.n_ckpt = n_ckpt;
+    p.bank_stride = H;
+    p.x = src;
+    p.w = w;
+    p.out = dst;
+    p.n_tokens = n;
+    p.n = H;
+    p.x_stride = H;
+    p.out_stride = H;
+    p.eps = eps;
+    p.workspace = m.mix_ws;
+    return cuda::ResidualMix(p, s);
+  };
+
+  K3_RETURN_IF_ERROR(mark(kEmbed));
+  K3_CU(EmbedRows(m.token_embd.type, m.token_embd.data, m.token_embd.row_bytes, shard_.vocab_begin,
+                  shard_.vocab_width, tokens_d, n, H, m.x, s));
+  const size_t state_floats = nh * hd * hd, conv_floats = 3 * (taps - 1) * D;
+  const size_t elem = options_.cache_f16 ? 2 : 4;
+  const int64_t page_elems = c.n_mla_layers() * options_.page_size * c.mla_row;
+
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    const DLayer& lw = m.layers[il];
+    K3_RETURN_IF_ERROR(mark(kMixNorm));
+    K3_CU(mix(lw.attn_res_score, m.x, m.cur));
+    const bool banked = il % c.res_block_size == 0;
+    if (banked) K3_CU(AddInto(m.bank[n_ckpt++], m.x, n * H, false, s));
+    K3_CU(Rms(m.cur, m.h, lw.attn_norm, n, H, eps, s));
+    const int64_t ki = c.kind_index(il);
+    if (c.is_mla(il)) {
+      K3_RETURN_IF_ERROR(mark(kMla));
+      const DMla& w = lw.mla;
+      const int64_t qk = c.mla_qk_head_dim(), row = c.mla_row, lora = c.kv_lora_rank, vd = c.v_head_dim;
+      const int64_t ql = c.q_lora_rank, nope = c.qk_nope_dim, rope = c.qk_rope_dim;
+      K3_CU(Gemv(w.q_a, m.h, H, m.qa, ql, n, s));
+      K3_CU(Rms(m.qa, m.qa, w.q_a_norm, n, ql, eps, s));
+      K3_CU(Gemv(w.q_b, m.qa, ql, m.qf, nh * qk, n, s));
+      K3_CU(Gemv(w.kv_a, m.h, H, m.mkv, row, n, s));
+      void* layer_cache = static_cast<uint8_t*>(m.mla_cache) + ki * options_.page_size * row * elem;
+      MlaAppendParams ap{m.mkv, row, w.kv_a_norm, layer_cache, options_.cache_f16, page_elems, row,
+                         options_.page_size, bt_d, MP, lens_d, n, lora, row, eps};
+      K3_CU(MlaAppend(ap, s));
+      K3_CU(GemvStack(w.k_b, nullptr, nh, m.qf, nh * qk, qk, m.qabs, nh * row, row, n, s));
+      K3_CU(cudaMemcpy2DAsync(m.qabs + lora, row * sizeof(float), m.qf + nope, qk * sizeof(float),
+                              rope * sizeof(float), n * nh, cudaMemcpyDeviceToDevice, s));
+      cuda::MlaDecodeParams dp;
+      dp.q = m.qabs;
+      dp.q_seq_stride = nh * row;
+      dp.cache = layer_cache;
+      dp.cache_type = options_.cache_f16 ? cuda::MlaCacheType::kF16 : cuda::MlaCacheType::kF32;
+      dp.page_stride = page_elems;
+      dp.row_stride = row;
+      dp.page_size = options_.page_size;
+      dp.block_table = bt_d;
+      dp.block_table_stride = MP;
+      dp.seq_lens = lens_d;
+      dp.n_seqs = n;
+      dp.n_heads = nh;
+      dp.row_width = row;
+      dp.value_width = lora;
+      dp.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+      dp.out = m.lat;
+      dp.out_seq_stride = nh * lora;
+      dp.n_splits = cuda::MlaDecodeSplits(n, nh, bucket);
+      while (cuda::MlaDecodeWorkspaceFloats(n, nh, lora, dp.n_splits) > m.mla_ws_floats && dp.n_splits > 1) --dp.n_splits;
+      dp.workspace = m.mla_ws;
+      K3_CU(cuda::MlaDecode(dp, s));
+      K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
+      if (w.has_gate) {
+        K3_CU(Gemv(w.gate, m.h, H, m.mgate, nh * vd, n, s));
+        cuda::SigmoidGateMulParams gp{m.mo, m.mgate, n, nh * vd, nh * vd, nh * vd};
+        K3_CU(cuda::SigmoidGateMul(gp, s));
+      }
+      K3_CU(Gemv(w.out, m.mo, nh * vd, m.delta, H, n, s));
+    } else {
+      K3_RETURN_IF_ERROR(mark(kKda));
+      const DKda& w = lw.kda;
+      const DMat* mats[3] = {&w.q, &w.k, &w.v};
+      const float* convw[3] = {w.conv_q, w.conv_k, w.conv_v};
+      float* proj[3] = {m.pq, m.pk, m.pv};
+      float* outs[3] = {m.kq, m.kk, m.kv_};
+      float* hist = m.conv_hist + ki * options_.max_seqs * conv_floats;
+      for (int which = 0; which < 3; ++which) {
+        K3_CU(Gemv(*mats[which], m.h, H, proj[which], D, n, s));
+        cuda::ShortConvParams cp;
+        cp.weight = convw[which];
+        cp.history = hist + which * (taps - 1) * D;
+        cp.history_slot_stride = static_cast<int64_t>(conv_floats);
+        cp.slots = slots_d;
+        cp.in = proj[which];
+        cp.out = outs[which];
+        cp.n_seqs = n;
+        cp.n_tokens = 1;
+        cp.channels = D;
+        cp.taps = taps;
+        cp.in_stride = D;
+        cp.out_stride = D;
+        K3_CU(cuda::ShortConvSilu(cp, s));
+      }
+      K3_CU(Rms(m.kq, m.kq, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
+      K3_CU(Rms(m.kk, m.kk, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
+      K3_CU(Gemv(w.f_a, m.h, H, m.fa, hd, n, s));
+      K3_CU(Gemv(w.f_b, m.fa, hd, m.g, D, n, s));
+      cuda::KdaGateParams gp{m.g, w.dt_bias, w.a, m.g, n, nh, hd, D, D, c.has_gate_lower_bound, c.gate_lower_bound};
+      K3_CU(cuda::KdaGate(gp, s));
+      K3_CU(Gemv(w.beta, m.h, H, m.beta, nh, n, s));
+      cuda::SigmoidParams sp{m.beta, m.beta, n * nh};
+      K3_CU(cuda::Sigmoid(sp, s));
+      cuda::KdaDecodeParams kp;
+      kp.state = m.kda_state + ki * options_.max_seqs * state_floats;
+      kp.state_slot_stride = static_cast<int64_t>(state_floats);
+      kp.slots = slots_d;
+      kp.q = m.kq;
+      kp.k = m.kk;
+      kp.g = m.g;
+      kp.v = m.kv_;
+      kp.beta = m.beta;
+      kp.out = m.o;
+      kp.n_seqs = n;
+      kp.n_heads = nh;
+      kp.dk = hd;
+      kp.dv = hd;
+      kp.qk_stride = D;
+      kp.v_stride = D;
+      kp.beta_stride = nh;
+      kp.out_stride = D;
+      kp.scale = 1.0f / std::sqrt(static_cast<float>(hd));
+      K3_CU(cuda::KdaDecode(kp, s));
+      K3_CU(Gemv(w.g, m.h, H, m.gp, D, n, s));
+      K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, m.gp));
+      K3_CU(Gemv(w.out, m.o, D, m.delta, H, n, s));
+    }
+    K3_RETURN_IF_ERROR(mark(kMixNorm));
+    K3_CU(AddInto(m.x, m.delta, n * H, !banked, s));  // a banked layer restarts the stream
+    K3_CU(mix(lw.ffn_res_score, m.x, m.cur));
+    K3_CU(Rms(m.cur, m.h, lw.ffn_norm, n, H, eps, s));
+    if (c.is_dense(il)) {
+      K3_RETURN_IF_ERROR(mark(kDense));
+      const DDense& w = lw.dense;
+      const int64_t Fd = w.gate.rows;
+      K3_CU(Gemv(w.gate, m.h, H, m.dg, Fd, n, s));
+      K3_CU(Gemv(w.up, m.h, H, m.du, Fd, n, s));
+      K3_CU(SituInto(m.dg, m.du, n, Fd, c, s));
+      K3_CU(Gemv(w.down, m.dg, Fd, m.delta, H, n, s));
+    } else {
+      K3_RETURN_IF_ERROR(mark(kMoe));
+      const DMoe& w = lw.moe;
+      const int64_t E = c.n_experts, K = c.n_experts_used, L = c.expert_latent, Fw = w.gate_exps.rows;
+      K3_CU(Gemv(w.router, m.h, H, m.rlogits, E, n, s));
+      cuda::MoeRouterParams rp;
+      rp.logits = m.rlogits;
+      rp.logits_stride = E;
+      rp.selection_bias = w.selection_bias;
+      rp.n_tokens = n;
+      rp.n_experts = E;
+      rp.k = K;
+      rp.sigmoid = c.gating == model::GatingFunc::kSigmoid;
+      rp.normalize = c.expert_weights_norm;
+      rp.scale = c.expert_weights_scale;
+      rp.ids = m.ids;
+      rp.weights = m.wts;
+      K3_CU(cuda::MoeRoute(rp, s));
+      K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
+      K3_CU(Gemv(w.routed_down, m.h, H, m.r, L, n, s));
+      K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
+      K3_CU(GemvStack(w.gate_exps, m.idloc, n * K, m.xe, L, L, m.ge, Fw, Fw, 1, s));
+      K3_CU(GemvStack(w.up_exps, m.idloc, n * K, m.xe, L, L, m.ue, Fw, Fw, 1, s));
+      K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
+      K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s));
+      float* mm = m.reduce;
+      float* sh = m.reduce + n * L;
+      K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
+      if (w.has_shared) {
+        const int64_t Fs = w.shared_gate.rows;
+        K3_CU(Gemv(w.shared_gate, m.h, H, m.sg, Fs, n, s));
+        K3_CU(Gemv(w.shared_up, m.h, H, m.su, Fs, n, s));
+        K3_CU(SituInto(m.sg, m.su, n, Fs, c, s));
+        K3_CU(Gemv(w.shared_down, m.sg, Fs, sh, H, n, s));
+      }
+      if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
+      K3_CU(Gemv(w.routed_up, mm, L, m.delta, H, n, s));
+      if (w.has_shared) K3_CU(AddInto(m.delta, sh, n * H, true, s));
+    }
+    K3_RETURN_IF_ERROR(mark(kMixNorm));
+    K3_CU(AddInto(m.x, m.delta, n * H, true, s));
+  }
+  K3_RETURN_IF_ERROR(mark(kHead));
+  K3_CU(mix(m.output_res_score, m.x, m.y));
+  K3_CU(Rms(m.y, m.y, m.output_norm, n, H, eps, s));
+  K3_CU(Gemv(m.output, m.y, H, m.logits, shard_.vocab_width, n, s));
+  K3_RETURN_IF_ERROR(mark(kMarks));
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* host_logits) {
+  int bucket = 0;
+  K3_RETURN_IF_ERROR(Prepare(ids, tokens, &bucket));
+  const int64_t n = static_cast<int64_t>(ids.size());
+  if (options_.use_graphs) {
+    auto key = std::make_pair(n, bucket);
+    auto it = graphs_.find(key);
+    if (it == graphs_.end()) {
+      K3_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+      absl::Status st = Enqueue(n, bucket, nullptr);
+      cudaGraph_t graph = nullptr;
+      const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
+      K3_RETURN_IF_ERROR(st);
+      K3_CU(end);
+      cudaGraphExec_t exec = nullptr;
+      const cudaError_t inst = cudaGraphInstantiate(&exec, graph, 0);
+      cudaGraphDestroy(graph);
+      K3_CU(inst);
+      it = graphs_.emplace(key, exec).first;
+    }
+    K3_CU(cudaGraphLaunch(it->second, stream_));
+  } else {
+    K3_RETURN_IF_ERROR(Enqueue(n, bucket, nullptr));
+  }
+  const size_t band = static_cast<size_t>(shard_.vocab_width);
+  if (host_logits != nullptr) {
+    K3_CU(cudaMemcpyAsync(impl_->logits_h, impl_->logits, n * band * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  }
+  K3_CU(cudaStreamSynchronize(stream_));
+  if (host_logits != nullptr) std::memcpy(host_logits, impl_->logits_h, n * band * sizeof(float));
+  Commit(ids);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepProfile> CudaEngine::DecodeProfiled(std::span<const SeqId> ids, std::span<const int32_t> tokens) {
+  int bucket = 0;
+  K3_RETURN_IF_ERROR(Prepare(ids, tokens, &bucket));
+  std::vector<std::pair<int, cudaEvent_t>> marks;
+  absl::Status st = Enqueue(static_cast<int64_t>(ids.size()), bucket, &marks);
+  K3_CU(cudaStreamSynchronize(stream_));
+  StepProfile prof;
+  double* slot[kMarks] = {&prof.embed, &prof.kda, &prof.mla, &prof.dense, &prof.moe, &prof.mix_norm, &prof.head};
+  for (size_t i = 0; i + 1 < marks.size(); ++i) {
+    float ms = 0;
+    cudaEventElapsedTime(&ms, marks[i].second, marks[i + 1].second);
+    if (marks[i].first < kMarks) *slot[marks[i].first] += ms;
+    prof.total += ms;
+  }
+  for (auto& [k, ev] : marks) cudaEventDestroy(ev);
+  K3_RETURN_IF_ERROR(st);
+  Commit(ids);
+  return prof;
+}
+
+absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inputs) {
+  if (inputs.empty()) return absl::InvalidArgumentError("empty batch");
+  std::unordered_set<SeqId> seen;
+  int64_t max_count = 0;
+  for (const SeqInput& in : inputs) {
+    if (!seqs_.contains(in.seq)) return absl::NotFoundError(absl::StrCat("unknown sequence ", in.seq));
+    if (!seen.insert(in.seq).second) return absl::InvalidArgumentError("a sequence appears twice in one batch");
+    if (in.tokens.empty()) return absl::InvalidArgumentError("empty run");
+    if (Length(in.seq) + static_cast<int64_t>(in.tokens.size()) > options_.max_context) {
+      return absl::InvalidArgumentError("context length exceeded");
+    }
+    for (int32_t t : in.tokens) {
+      if (t < 0 || t >= config_.vocab) return absl::InvalidArgumentError("token id outside the vocabulary");
+    }
+    max_count = std::max<int64_t>(max_count, static_cast<int64_t>(in.tokens.size()));
+  }
+  ForwardResult result;
+  result.vocab = config_.vocab;
+  result.band_begin = shard_.vocab_begin;
+  result.band_width = shard_.vocab_width;
+  const int64_t band = shard_.vocab_width;
+  int64_t rows = 0;
+  for (const SeqInput& in : inputs) {
+    result.first_row.push_back(rows);
+    const int64_t nr = in.all_logits ? static_cast<int64_t>(in.tokens.size()) : 1;
+    result.n_rows.push_back(nr);
+    rows += nr;
+  }
+  result.logits.resize(static_cast<size_t>(rows) * band);
+  std::vector<float> step_logits(static_cast<size_t>(options_.max_batch) * band);
+  for (int64_t t = 0; t < max_count; ++t) {
+    std::vector<SeqId> ids;
+    std::vector<int32_t> toks;
+    std::vector<size_t> which;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      if (t < static_cast<int64_t>(inputs[i].tokens.size())) {
+        ids.push_back(inputs[i].seq);
+        toks.push_back(inputs[i].tokens[t]);
+        which.push_back(i);
+      }
+    }
+    for (size_t b0 = 0; b0 < ids.size(); b0 += options_.max_batch) {
+      const size_t nb = std::min<size_t>(options_.max_batch, ids.size() - b0);
+      K3_RETURN_IF_ERROR(Decode(std::span<const SeqId>(ids.data() + b0, nb),
+                                std::span<const int32_t>(toks.data() + b0, nb), step_logits.data()));
+      for (size_t j = 0; j < nb; ++j) {
+        const size_t i = which[b0 + j];
+        const int64_t cnt = static_cast<int64_t>(inputs[i].tokens.size());
+        int64_t r = -1;
+        if (inputs[i].all_logits) r = result.first_row[i] + t;
+        else if (t == cnt - 1) r = result.first_row[i];
+        if (r >= 0) std::copy(step_logits.data() + j * band, step_logits.data() + (j + 1) * band,
+                              result.logits.data() + r * band);
+      }
+    }
+  }
+  return result;
+}
+
+}  // namespace k3::engine_cuda
