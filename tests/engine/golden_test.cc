@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/golden_data.h"
 #include "tests/common/logit_metrics.h"
 #include "worker/engine/engine.h"
 
@@ -14,19 +15,7 @@ namespace {
 
 const std::string kGolden = std::string(K3_SHARED_DIR) + "/data/golden/";
 
-std::vector<std::vector<int32_t>> ReadPrompts() {
-  std::ifstream in(kGolden + "prompts-a.txt");
-  std::vector<std::vector<int32_t>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ss(line);
-    std::vector<int32_t> ids;
-    int32_t id;
-    while (ss >> id) ids.push_back(id);
-    if (!ids.empty()) out.push_back(ids);
-  }
-  return out;
-}
+std::vector<std::vector<int32_t>> ReadPrompts() { return testing::ReadGoldenPrompts(kGolden + "prompts-a.txt"); }
 
 class GoldenTest : public ::testing::Test {
  protected:

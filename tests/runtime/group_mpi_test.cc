@@ -11,6 +11,7 @@
 #include <mpi.h>
 
 #include "collectives/mpi_communicator.h"
+#include "tests/common/golden_data.h"
 #include "tests/common/logit_metrics.h"
 #include "worker/engine/engine.h"
 #include "worker/runtime/worker_group.h"
@@ -73,18 +74,7 @@ std::vector<std::vector<int32_t>> TestPrompts(int64_t vocab) {
   // Golden prompts when the model is the golden file; otherwise deterministic ids.
   std::vector<std::vector<int32_t>> out;
   const std::string golden = std::string(K3_SHARED_DIR) + "/data/golden/prompts-a.txt";
-  if (g_model.find("k3-golden-a") != std::string::npos) {
-    std::ifstream in(golden);
-    std::string line;
-    while (std::getline(in, line)) {
-      std::istringstream ss(line);
-      std::vector<int32_t> ids;
-      int32_t id;
-      while (ss >> id) ids.push_back(id);
-      if (!ids.empty()) out.push_back(ids);
-    }
-    return out;
-  }
+  if (g_model.find("k3-golden-a") != std::string::npos) return testing::ReadGoldenPrompts(golden);
   for (int p = 0; p < 3; ++p) {
     std::vector<int32_t> ids;
     for (int i = 0; i < 5 + 23 * p; ++i) ids.push_back(static_cast<int32_t>((i * 7919 + p * 104729) % vocab));
@@ -178,6 +168,14 @@ TEST(WorkerGroup, AgreesWithSingleProcess) {
   auto err = group.LeaderStep(bad);
   EXPECT_FALSE(err.ok());
   EXPECT_NE(std::string(err.status().message()).find("rank 0"), std::string::npos) << err.status();
+  // A step the followers could not decode (top_n past kMaxTopN: a client's top_k 5000 once
+  // reached the worker like this) is refused by the leader before it is broadcast; before that
+  // fix every follower left the group. The shutdown step below still reaches every rank.
+  Step hostile;
+  hostile.id = step_id++;
+  hostile.entries = {{0, {1}, kMaxTopN + 1, false, false}};
+  auto refused = group.LeaderStep(hostile);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
   Step fin;
   fin.id = step_id++;
   for (size_t p = 0; p < prompts.size(); ++p) fin.free.push_back(static_cast<SeqId>(p));
