@@ -110,13 +110,13 @@ void ChunkHead(const KdaParams& p, int64_t h, int64_t t0, int64_t n) {
 }  // namespace
 
 void KdaRecurrent(const KdaParams& p) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t h = 0; h < p.n_heads; ++h) RecurrentHead(p, h);
 }
 
 void KdaChunked(const KdaParams& p, int64_t chunk) {
   if (chunk < 1) chunk = 1;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t h = 0; h < p.n_heads; ++h) {
     for (int64_t t0 = 0; t0 < p.n_tokens; t0 += chunk) {
       ChunkHead(p, h, t0, std::min(chunk, p.n_tokens - t0));

@@ -10,7 +10,7 @@ void MlaAttention(const MlaAttentionParams& p) {
   auto row = [&](int64_t t) {
     return p.pages[t / p.page_size] + (t % p.page_size) * p.page_row_stride;
   };
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(dynamic, 1)
   for (int64_t h = 0; h < p.n_heads; ++h) {
     const float* q = p.q + h * p.row_width;
     std::vector<double> score(p.n_rows);

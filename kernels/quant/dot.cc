@@ -93,7 +93,7 @@ void MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, int64_t x_st
   {
     std::vector<float> buf(static_cast<size_t>(kRowGroup * chunk));
     std::vector<Lanes> acc(static_cast<size_t>(kRowGroup * n_tokens));
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 1)  // dynamic: a busy core does not hold up the others
     for (int64_t g = 0; g < n_groups; ++g) {
       const int64_t r0 = g * kRowGroup;
       const int64_t nr = std::min(kRowGroup, w.rows - r0);
