@@ -109,14 +109,17 @@ void ChunkHead(const KdaParams& p, int64_t h, int64_t t0, int64_t n) {
 
 }  // namespace
 
+// Threads only for enough work (see kernels/quant/dot.cc: a region costs a barrier).
+bool WorthThreads(const KdaParams& p) { return p.n_heads > 1 && p.n_heads * p.n_tokens * p.dk * p.dv >= (1 << 22); }
+
 void KdaRecurrent(const KdaParams& p) {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (WorthThreads(p))
   for (int64_t h = 0; h < p.n_heads; ++h) RecurrentHead(p, h);
 }
 
 void KdaChunked(const KdaParams& p, int64_t chunk) {
   if (chunk < 1) chunk = 1;
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (WorthThreads(p))
   for (int64_t h = 0; h < p.n_heads; ++h) {
     for (int64_t t0 = 0; t0 < p.n_tokens; t0 += chunk) {
       ChunkHead(p, h, t0, std::min(chunk, p.n_tokens - t0));

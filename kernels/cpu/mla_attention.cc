@@ -10,7 +10,9 @@ void MlaAttention(const MlaAttentionParams& p) {
   auto row = [&](int64_t t) {
     return p.pages[t / p.page_size] + (t % p.page_size) * p.page_row_stride;
   };
-#pragma omp parallel for schedule(dynamic, 1)
+  // Threads only for enough work (a parallel region costs a barrier).
+  const bool threads = p.n_heads > 1 && p.n_heads * p.n_rows * p.row_width >= (int64_t{1} << 22);
+#pragma omp parallel for schedule(dynamic, 1) if (threads)
   for (int64_t h = 0; h < p.n_heads; ++h) {
     const float* q = p.q + h * p.row_width;
     std::vector<double> score(p.n_rows);

@@ -8,7 +8,8 @@ namespace k3::cpu {
 
 void ShortConvSilu(const ShortConvParams& p) {
   const int64_t C = p.channels, K = p.taps, hist = K - 1;
-#pragma omp parallel for schedule(dynamic, 256)
+  const bool threads = C * p.n_tokens * K >= (int64_t{1} << 22);  // a region costs a barrier
+#pragma omp parallel for schedule(dynamic, 256) if (threads)
   for (int64_t c = 0; c < C; ++c) {
     const float* w = p.weight + c * K;
     for (int64_t t = 0; t < p.n_tokens; ++t) {

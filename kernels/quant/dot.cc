@@ -86,8 +86,11 @@ void MatMul(const QuantMatrix& w, const float* x, int64_t n_tokens, int64_t x_st
   const int64_t chunk = std::min(kMatChunk, cols);
   const int64_t n_groups = (w.rows + kRowGroup - 1) / kRowGroup;
   const bool is_f32 = w.type == GgmlType::kF32;
-  // Threads only pay off with enough work; the result does not depend on the thread count.
-  const bool parallel = w.rows * cols * n_tokens >= (int64_t{1} << 18) && n_groups > 1;
+  // Threads only pay off with enough work: a parallel region costs a wake-up and a barrier,
+  // which on a loaded machine can take milliseconds (a descheduled thread holds the barrier).
+  // ~4M multiply-adds (about a millisecond on one core) is the threshold. The result does not
+  // depend on the thread count.
+  const bool parallel = w.rows * cols * n_tokens >= (int64_t{1} << 22) && n_groups > 1;
 
 #pragma omp parallel if (parallel)
   {
