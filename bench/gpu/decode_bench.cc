@@ -2,10 +2,18 @@
 // real prefill of every sequence (token by token through the decode step, random token ids), on
 // a GGUF or a synthetic preset filled in memory. Prints, per batch size, tokens/s beside the
 // floor (weight bytes read per step + MLA cache bytes, over 4.4 TB/s) and the fraction reached,
-// then a per-layer-kind breakdown of one eager step from CUDA events.
+// then a per-layer-kind breakdown of one eager step from CUDA events. --ctx takes a list: the
+// sequences are prefilled to each context in turn and measured there.
+//
+// Built with NCCL (K3_WITH_MPI): under mpirun every rank holds its shard of one tensor + expert
+// parallel group (one GPU per rank, --expert-groups G; default 1 = every expert split into
+// FFN bands, falling back to one group per rank when the bands would break quant blocks); rank
+// 0 times and prints. The floor is then one rank's bytes (the ranks read in parallel).
 //
 //   k3_cuda_decode_bench --preset slice --layers 4 --quant UD-IQ1_S --ctx 4096 --batches 1,2,4,8
+//   mpirun -np 2 k3_cuda_decode_bench --preset slice --layers 8 --ctx 4096,16384 --batches 1
 //   k3_cuda_decode_bench --model ../shared/data/golden/k3-golden-a.gguf --ctx 256
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -16,7 +24,13 @@
 #include <vector>
 
 #include "worker/engine_cuda/cuda_engine.h"
+#include "worker/model/shard_rules.h"
 #include "worker/synth/presets.h"
+#ifdef K3_BENCH_NCCL
+#include <mpi.h>
+
+#include "collectives/nccl_communicator.h"
+#endif
 
 using namespace k3;
 using engine_cuda::CudaEngine;
@@ -33,9 +47,32 @@ std::vector<int64_t> ParseList(const std::string& s) {
 }
 }  // namespace
 
+int Main(int argc, char** argv, int rank, int ranks);
+
 int main(int argc, char** argv) {
-  std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8";
-  int64_t layers = 4, ctx = 4096, steps = 32, experts = 0, seed = 1;
+  int rank = 0, ranks = 1;
+#ifdef K3_BENCH_NCCL
+  const char* ws = std::getenv("OMPI_COMM_WORLD_SIZE");
+  const bool mpi = ws != nullptr && std::atoi(ws) > 1;
+  if (mpi) {
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  }
+  const int rc = Main(argc, argv, rank, ranks);
+  if (mpi) {
+    if (rc != 0) MPI_Abort(MPI_COMM_WORLD, rc);
+    MPI_Finalize();
+  }
+  return rc;
+#else
+  return Main(argc, argv, rank, ranks);
+#endif
+}
+
+int Main(int argc, char** argv, int rank, int ranks) {
+  std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096";
+  int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0;
   bool f16 = false, graphs = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -46,7 +83,8 @@ int main(int argc, char** argv) {
     else if (a == "--experts") experts = std::stoll(next());
     else if (a == "--quant") quant = next();
     else if (a == "--seed") seed = std::stoll(next());
-    else if (a == "--ctx") ctx = std::stoll(next());
+    else if (a == "--ctx") ctx_s = next();
+    else if (a == "--expert-groups") expert_groups = std::stoll(next());
     else if (a == "--steps") steps = std::stoll(next());
     else if (a == "--batches") batches_s = next();
     else if (a == "--f16") f16 = true;
@@ -54,21 +92,53 @@ int main(int argc, char** argv) {
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   const std::vector<int64_t> batches = ParseList(batches_s);
+  std::vector<int64_t> ctxs = ParseList(ctx_s);
+  std::sort(ctxs.begin(), ctxs.end());
   int64_t max_b = 1;
   for (int64_t b : batches) max_b = std::max(max_b, b);
+  const bool lead = rank == 0;
 
   engine_cuda::CudaEngineOptions opt;
   opt.max_seqs = max_b;
   opt.max_batch = max_b;
-  opt.max_context = ctx + (steps + 8) * static_cast<int64_t>(batches.size()) + 8;  // warm-up + profile steps too
+  // warm-up + measured + profile steps at every context too
+  opt.max_context = ctxs.back() + (steps + 8) * static_cast<int64_t>(batches.size() * ctxs.size()) + 8;
   opt.cache_tokens = max_b * opt.max_context;
   opt.page_size = 64;
   opt.cache_f16 = f16;
   opt.use_graphs = graphs;
+  opt.verbose = lead;
+#ifdef K3_BENCH_NCCL
+  std::unique_ptr<coll::Communicator> nccl;
+  cudaStream_t stream = nullptr;
+  if (ranks > 1) {
+    int n_dev = 0;
+    cudaGetDeviceCount(&n_dev);
+    const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+    opt.device = (local != nullptr ? std::atoi(local) : rank) % std::max(n_dev, 1);
+    cudaSetDevice(opt.device);
+    cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking);
+    auto c = coll::MakeNcclCommunicator(MPI_COMM_WORLD, {stream});
+    if (!c.ok()) { std::fprintf(stderr, "rank %d: %s\n", rank, std::string(c.status().message()).c_str()); return 1; }
+    nccl = std::move(*c);
+    opt.comm = nccl.get();
+    opt.stream = stream;
+  }
+#endif
+  opt.rank = rank;
+  opt.plan = {ranks, 1};
   auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<std::unique_ptr<CudaEngine>> e;
   std::string what;
+  auto pick_groups = [&](const model::K3Config& c) {
+    opt.plan.expert_groups = static_cast<int>(expert_groups > 0 ? expert_groups : 1);
+    if (!model::CheckPlan(c, opt.plan).ok()) opt.plan.expert_groups = ranks;
+  };
   if (!model.empty()) {
+    // The groups need the config first: the engine parses it again.
+    if (ranks > 1) {
+      opt.plan.expert_groups = static_cast<int>(expert_groups > 0 ? expert_groups : ranks);
+    }
     e = CudaEngine::Open(model, opt);
     what = model;
   } else {
@@ -78,17 +148,24 @@ int main(int argc, char** argv) {
     if (layers > 0) o.layers = layers;
     if (experts > 0) o.experts = experts;
     if (auto s = synth::ApplyOverrides(o, &*cfg); !s.ok()) { std::fprintf(stderr, "%s\n", std::string(s.message()).c_str()); return 1; }
+    pick_groups(*cfg);
     e = CudaEngine::OpenSynth(engine_cuda::SynthSource{*cfg, quant, static_cast<uint64_t>(seed)}, opt);
     what = "synthetic " + preset + " (" + std::to_string(layers) + " layers, " + quant + ", seed " + std::to_string(seed) + ")";
   }
-  if (!e.ok()) { std::fprintf(stderr, "open: %s\n", std::string(e.status().message()).c_str()); return 1; }
+  if (!e.ok()) { std::fprintf(stderr, "rank %d: open: %s\n", rank, std::string(e.status().message()).c_str()); return 1; }
   CudaEngine& eng = **e;
   const auto& c = eng.config();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("model: %s\n%s\nweights on device: %.3f GB (loaded in %.1f s); cache %s; graphs %s\n", what.c_str(),
-              c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off");
+  if (lead) {
+    std::printf("model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s\n", what.c_str(),
+                c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off");
+    std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
+                opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
+    std::fflush(stdout);
+  }
 
-  // Prefill every sequence to ctx tokens (batched decode steps, random ids).
+  // Prefill every sequence to each context in turn (batched decode steps, random ids), then
+  // measure every batch size there.
   std::mt19937 rng(seed * 7919 + 1);
   std::vector<engine::SeqId> ids(max_b);
   for (int64_t i = 0; i < max_b; ++i) {
@@ -96,59 +173,73 @@ int main(int argc, char** argv) {
     if (auto s = eng.Add(i); !s.ok()) { std::fprintf(stderr, "add: %s\n", std::string(s.message()).c_str()); return 1; }
   }
   std::vector<int32_t> toks(max_b);
-  t0 = std::chrono::steady_clock::now();
-  for (int64_t t = 0; t < ctx; ++t) {
-    for (auto& x : toks) x = static_cast<int32_t>(rng() % c.vocab);
-    if (auto s = eng.Decode(ids, toks, nullptr); !s.ok()) {
-      std::fprintf(stderr, "prefill step %lld: %s\n", static_cast<long long>(t), std::string(s.message()).c_str());
-      return 1;
-    }
-  }
-  const double pre_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("prefill: %lld sequences x %lld tokens token by token in %.2f s (%.0f tok/s)\n\n",
-              static_cast<long long>(max_b), static_cast<long long>(ctx), pre_s, max_b * ctx / pre_s);
-
-  std::printf("| batch | context | step ms | tokens/s | floor ms (weights + cache) | floor tok/s | fraction |\n");
-  std::printf("|---|---|---|---|---|---|---|\n");
   std::vector<engine_cuda::StepProfile> profs;
+  std::vector<std::pair<int64_t, int64_t>> prof_keys;  // (batch, context)
   std::vector<float> logits(static_cast<size_t>(max_b) * eng.shard().vocab_width);
-  for (int64_t b : batches) {
-    std::span<const engine::SeqId> sub(ids.data(), b);
-    std::vector<int32_t> tk(b);
-    // warm-up (captures the graph)
-    for (int w = 0; w < 3; ++w) {
-      for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
-      if (auto s = eng.Decode(sub, tk, logits.data()); !s.ok()) { std::fprintf(stderr, "%s\n", std::string(s.message()).c_str()); return 1; }
+  for (int64_t ctx : ctxs) {
+    const int64_t from = eng.Length(0);
+    t0 = std::chrono::steady_clock::now();
+    for (int64_t t = from; t < ctx; ++t) {
+      for (auto& x : toks) x = static_cast<int32_t>(rng() % c.vocab);
+      if (auto s = eng.Decode(ids, toks, nullptr); !s.ok()) {
+        std::fprintf(stderr, "prefill step %lld: %s\n", static_cast<long long>(t), std::string(s.message()).c_str());
+        return 1;
+      }
     }
-    const int64_t ctx_now = eng.Length(0);
-    std::vector<double> times;
-    for (int64_t st = 0; st < steps; ++st) {
-      for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
-      auto a = std::chrono::steady_clock::now();
-      if (auto s = eng.Decode(sub, tk, logits.data()); !s.ok()) { std::fprintf(stderr, "%s\n", std::string(s.message()).c_str()); return 1; }
-      times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    const double pre_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (lead) {
+      std::printf("\nprefill: %lld sequences from %lld to %lld tokens, token by token, in %.2f s (%.0f tok/s)\n\n",
+                  static_cast<long long>(max_b), static_cast<long long>(from), static_cast<long long>(ctx), pre_s,
+                  max_b * (ctx - from) / std::max(pre_s, 1e-9));
+      std::printf("| ranks | batch | context | step ms | tokens/s | floor ms (weights + cache) | floor tok/s | fraction |\n");
+      std::printf("|---|---|---|---|---|---|---|---|\n");
+      std::fflush(stdout);
     }
-    std::sort(times.begin(), times.end());
-    const double med = times[times.size() / 2];
-    const double bytes = static_cast<double>(eng.step_weight_bytes(b)) +
-                         static_cast<double>(eng.cache_bytes_per_token()) * b * ctx_now;
-    const double floor_s = bytes / kHbm;
-    std::printf("| %lld | %lld | %.3f | %.1f | %.3f (%.2f GB + %.3f GB) | %.1f | %.1f%% |\n", static_cast<long long>(b),
-                static_cast<long long>(ctx_now), med * 1e3, b / med, floor_s * 1e3, eng.step_weight_bytes(b) / 1e9,
-                eng.cache_bytes_per_token() * b * ctx_now / 1e9, b / floor_s, 100.0 * floor_s / med);
-    for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
-    auto p = eng.DecodeProfiled(sub, tk);
-    if (!p.ok()) { std::fprintf(stderr, "%s\n", std::string(p.status().message()).c_str()); return 1; }
-    profs.push_back(*p);
+    for (int64_t b : batches) {
+      std::span<const engine::SeqId> sub(ids.data(), b);
+      std::vector<int32_t> tk(b);
+      // warm-up (captures the graph)
+      for (int w = 0; w < 3; ++w) {
+        for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
+        if (auto s = eng.Decode(sub, tk, logits.data()); !s.ok()) { std::fprintf(stderr, "%s\n", std::string(s.message()).c_str()); return 1; }
+      }
+      const int64_t ctx_now = eng.Length(0);
+      std::vector<double> times;
+      for (int64_t st = 0; st < steps; ++st) {
+        for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
+        auto a = std::chrono::steady_clock::now();
+        if (auto s = eng.Decode(sub, tk, logits.data()); !s.ok()) { std::fprintf(stderr, "%s\n", std::string(s.message()).c_str()); return 1; }
+        times.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+      }
+      std::sort(times.begin(), times.end());
+      const double med = times[times.size() / 2];
+      const double bytes = static_cast<double>(eng.step_weight_bytes(b)) +
+                           static_cast<double>(eng.cache_bytes_per_token()) * b * ctx_now;
+      const double floor_s = bytes / kHbm;
+      if (lead) {
+        std::printf("| %d | %lld | %lld | %.3f | %.1f | %.3f (%.2f GB + %.3f GB) | %.1f | %.1f%% |\n", ranks,
+                    static_cast<long long>(b), static_cast<long long>(ctx_now), med * 1e3, b / med, floor_s * 1e3,
+                    eng.step_weight_bytes(b) / 1e9, eng.cache_bytes_per_token() * b * ctx_now / 1e9, b / floor_s,
+                    100.0 * floor_s / med);
+        std::fflush(stdout);
+      }
+      for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
+      auto p = eng.DecodeProfiled(sub, tk);
+      if (!p.ok()) { std::fprintf(stderr, "%s\n", std::string(p.status().message()).c_str()); return 1; }
+      profs.push_back(*p);
+      prof_keys.push_back({b, ctx_now});
+    }
   }
-  std::printf("\nper layer kind, one eager step (CUDA events, ms; launch gaps included):\n");
-  std::printf("| batch | embed | KDA (%lld layers) | MLA (%lld) | dense FFN | MoE | mixes+norms+adds | LM head | total |\n",
+  if (!lead) return 0;
+  std::printf("\nper layer kind, one eager step (CUDA events, ms; launch gaps included; rank 0):\n");
+  std::printf("| batch | context | embed | KDA (%lld layers) | MLA (%lld) | dense FFN | MoE | mixes+norms+adds | all-reduces | LM head | total |\n",
               static_cast<long long>(c.n_kda_layers()), static_cast<long long>(c.n_mla_layers()));
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
-  for (size_t i = 0; i < batches.size(); ++i) {
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
+  for (size_t i = 0; i < profs.size(); ++i) {
     const auto& p = profs[i];
-    std::printf("| %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n", static_cast<long long>(batches[i]),
-                p.embed, p.kda, p.mla, p.dense, p.moe, p.mix_norm, p.head, p.total);
+    std::printf("| %lld | %lld | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f | %.3f |\n",
+                static_cast<long long>(prof_keys[i].first), static_cast<long long>(prof_keys[i].second), p.embed, p.kda,
+                p.mla, p.dense, p.moe, p.mix_norm, p.comm, p.head, p.total);
   }
   return 0;
 }

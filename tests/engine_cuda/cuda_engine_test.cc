@@ -11,6 +11,7 @@
 
 #include <gtest/gtest.h>
 
+#include "tests/common/golden_data.h"
 #include "tests/common/logit_metrics.h"
 #include "worker/engine/engine.h"
 #include "worker/engine_cuda/cuda_engine.h"
@@ -31,19 +32,7 @@ bool HaveGpu() {
 #define SKIP_WITHOUT_GPU() \
   if (!HaveGpu()) GTEST_SKIP() << "no CUDA device: the GPU engine tests need one"
 
-std::vector<std::vector<int32_t>> ReadPrompts() {
-  std::ifstream in(kGolden + "prompts-a.txt");
-  std::vector<std::vector<int32_t>> out;
-  std::string line;
-  while (std::getline(in, line)) {
-    std::istringstream ss(line);
-    std::vector<int32_t> ids;
-    int32_t id;
-    while (ss >> id) ids.push_back(id);
-    if (!ids.empty()) out.push_back(ids);
-  }
-  return out;
-}
+std::vector<std::vector<int32_t>> ReadPrompts() { return k3::testing::ReadGoldenPrompts(kGolden + "prompts-a.txt"); }
 
 testing::LogitComparison Bars(const std::vector<float>& ref, const std::vector<float>& got, int64_t vocab,
                               const std::string& what, double rel = 2e-3, double kl = 1e-4, double top1 = 1.0) {

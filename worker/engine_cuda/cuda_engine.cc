@@ -222,53 +222,126 @@ class Uploader {
   uint64_t& bytes_;
 };
 
-// ---- synthetic weights: one layer's host shard (1 rank) filled from the generator ----------
+// ---- synthetic weights: one layer's host shard filled from the generator ---------------------
+// The same slices as engine::BindWeights (worker/engine/model_weights.cc) takes from a file, filled
+// directly from the generator (only this rank's bytes are computed): rows, column bands, stacks
+// of heads or experts (with a band of each), vectors.
 
 class SynthHost {
  public:
   explicit SynthHost(const synth::SynthModel& m) : m_(m) {}
 
-  absl::StatusOr<const uint8_t*> Bytes(const std::string& name, const synth::SynthTensor** info) {
-    const synth::SynthTensor* t = m_.Find(name);
-    if (t == nullptr) return absl::NotFoundError(absl::StrCat("synthetic tensor ", name, " is missing"));
-    auto buf = std::make_unique<std::vector<uint8_t>>(t->n_bytes());
-    const int64_t rows = t->n_rows();
+  // Runs fill(i0, i1) over [0, n) on up to 32 threads.
+  template <class F>
+  static void Parallel(int64_t n, F&& fill) {
     const int n_threads = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 32));
-    const int64_t per = (rows + n_threads - 1) / n_threads;
+    const int64_t per = (n + n_threads - 1) / n_threads;
     std::vector<std::thread> th;
     for (int i = 0; i < n_threads; ++i) {
-      const int64_t r0 = i * per, r1 = std::min(rows, r0 + per);
-      if (r0 >= r1) break;
-      th.emplace_back([&, r0, r1] { m_.FillRows(*t, r0, r1 - r0, buf->data() + r0 * t->row_bytes()); });
+      const int64_t i0 = i * per, i1 = std::min(n, i0 + per);
+      if (i0 >= i1) break;
+      th.emplace_back([&fill, i0, i1] { fill(i0, i1); });
     }
     for (auto& x : th) x.join();
-    *info = t;
-    store_.push_back(std::move(buf));
+  }
+
+  absl::StatusOr<const synth::SynthTensor*> Find(const std::string& name) const {
+    const synth::SynthTensor* t = m_.Find(name);
+    if (t == nullptr) return absl::NotFoundError(absl::StrCat("synthetic tensor ", name, " is missing"));
+    return t;
+  }
+  uint8_t* Buffer(size_t n) {
+    store_.push_back(std::make_unique<std::vector<uint8_t>>(std::max<size_t>(n, 1)));
     return store_.back()->data();
   }
-  absl::StatusOr<quant::QuantMatrix> Matrix(const std::string& name) {
-    const synth::SynthTensor* t = nullptr;
-    K3_ASSIGN_OR_RETURN(const uint8_t* d, Bytes(name, &t));
-    return quant::QuantMatrix{t->type, d, t->n_rows(), t->spec.ne[0], t->row_bytes()};
+  static size_t Bytes(quant::GgmlType type, int64_t n) { return quant::BytesFor(type, n).value(); }
+
+  // Rows [begin, begin + n) of the tensor's rows (ne[0] elements each).
+  absl::StatusOr<quant::QuantMatrix> Rows(const std::string& name, int64_t begin, int64_t n) {
+    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
+    if (begin < 0 || n < 0 || begin + n > t->n_rows()) return absl::InvalidArgumentError(absl::StrCat(name, ": rows out of range"));
+    const size_t rb = t->row_bytes();
+    uint8_t* buf = Buffer(n * rb);
+    Parallel(n, [&](int64_t r0, int64_t r1) { m_.FillRows(*t, begin + r0, r1 - r0, buf + r0 * rb); });
+    return quant::QuantMatrix{t->type, buf, n, t->spec.ne[0], rb};
   }
-  absl::StatusOr<engine::MatrixStack> Stack(const std::string& name) {
-    const synth::SynthTensor* t = nullptr;
-    K3_ASSIGN_OR_RETURN(const uint8_t* d, Bytes(name, &t));
+  absl::StatusOr<quant::QuantMatrix> Matrix(const std::string& name) {
+    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
+    return Rows(name, 0, t->n_rows());
+  }
+  // Columns [begin, begin + n) of every row (block-aligned).
+  absl::StatusOr<quant::QuantMatrix> Cols(const std::string& name, int64_t begin, int64_t n) {
+    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
+    if (begin == 0 && n == t->spec.ne[0]) return Matrix(name);
+    K3_RETURN_IF_ERROR(m_.FillColumns(*t, 0, 0, begin, n, nullptr));  // checks the window
+    const int64_t rows = t->n_rows();
+    const size_t rb = Bytes(t->type, n);
+    uint8_t* buf = Buffer(rows * rb);
+    Parallel(rows, [&](int64_t r0, int64_t r1) { (void)m_.FillColumns(*t, r0, r1 - r0, begin, n, buf + r0 * rb); });
+    return quant::QuantMatrix{t->type, buf, rows, n, rb};
+  }
+  // Matrices [begin, begin + count) of a stack {cols, rows, n}, rows [row_begin, +row_n) of each.
+  absl::StatusOr<engine::MatrixStack> Stack(const std::string& name, int64_t begin, int64_t count,
+                                            int64_t row_begin = 0, int64_t row_n = -1) {
+    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
+    const int64_t rows = t->spec.ne.size() > 1 ? t->spec.ne[1] : 1;
+    const int64_t total = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
+    if (row_n < 0) row_n = rows;
+    if (begin < 0 || begin + count > total || row_begin < 0 || row_begin + row_n > rows) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": stack slice out of range"));
+    }
+    const size_t rb = t->row_bytes(), per = row_n * rb;
+    uint8_t* buf = Buffer(count * per);
+    Parallel(count, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) m_.FillRows(*t, (begin + e) * rows + row_begin, row_n, buf + e * per);
+    });
     engine::MatrixStack s;
     s.type = t->type;
-    s.data = d;
+    s.data = buf;
     s.cols = t->spec.ne[0];
-    s.rows = t->spec.ne.size() > 1 ? t->spec.ne[1] : 1;
-    s.count = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
-    s.row_bytes = t->row_bytes();
-    s.matrix_stride = s.rows * s.row_bytes;
+    s.rows = row_n;
+    s.count = count;
+    s.row_bytes = rb;
+    s.matrix_stride = per;
     return s;
   }
-  absl::StatusOr<std::vector<float>> Vector(const std::string& name) {
-    const synth::SynthTensor* t = nullptr;
-    K3_ASSIGN_OR_RETURN(const uint8_t* d, Bytes(name, &t));
-    std::vector<float> v(t->spec.n_elems());
-    quant::DequantizeRow(t->type, d, v.data(), static_cast<int64_t>(v.size()));
+  // Matrices [begin, begin + count) of a stack, columns [col_begin, +col_n) of each.
+  absl::StatusOr<engine::MatrixStack> StackCols(const std::string& name, int64_t begin, int64_t count,
+                                                int64_t col_begin, int64_t col_n) {
+    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
+    if (col_begin == 0 && col_n == t->spec.ne[0]) return Stack(name, begin, count);
+    K3_RETURN_IF_ERROR(m_.FillColumns(*t, 0, 0, col_begin, col_n, nullptr));
+    const int64_t rows = t->spec.ne.size() > 1 ? t->spec.ne[1] : 1;
+    const int64_t total = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
+    if (begin < 0 || begin + count > total) return absl::InvalidArgumentError(absl::StrCat(name, ": stack slice out of range"));
+    const size_t rb = Bytes(t->type, col_n), per = rows * rb;
+    uint8_t* buf = Buffer(count * per);
+    Parallel(count, [&](int64_t e0, int64_t e1) {
+      for (int64_t e = e0; e < e1; ++e) (void)m_.FillColumns(*t, (begin + e) * rows, rows, col_begin, col_n, buf + e * per);
+    });
+    engine::MatrixStack s;
+    s.type = t->type;
+    s.data = buf;
+    s.cols = col_n;
+    s.rows = rows;
+    s.count = count;
+    s.row_bytes = rb;
+    s.matrix_stride = per;
+    return s;
+  }
+  // Elements [begin, begin + n) of a vector (n < 0: all), decoded to f32.
+  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t begin = 0, int64_t n = -1) {
+    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
+    const int64_t all = static_cast<int64_t>(t->spec.n_elems());
+    if (n < 0) n = all;
+    const int64_t be = t->block_elems;
+    if (begin < 0 || begin + n > all || begin % be != 0 || n % be != 0) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": elements [", begin, ", ", begin + n, ") not block-aligned"));
+    }
+    std::vector<uint8_t> raw(Bytes(t->type, n));
+    m_.FillBlocks(*t, static_cast<uint64_t>(begin / be), static_cast<uint64_t>(n / be), raw.data());
+    std::vector<float> v(n);
+    quant::DequantizeRow(t->type, raw.data(), v.data(), n);
     return v;
   }
   bool Has(const std::string& name) const { return m_.Find(name) != nullptr; }
@@ -281,60 +354,67 @@ class SynthHost {
 
 std::string Blk(int64_t il, const char* rest) { return absl::StrCat("blk.", il, ".", rest); }
 
-absl::Status SynthLayer(SynthHost& s, const model::K3Config& c, int64_t il, engine::LayerWeights& l) {
-  K3_ASSIGN_OR_RETURN(l.attn_norm, s.Vector(Blk(il, "attn_norm.weight")));
-  K3_ASSIGN_OR_RETURN(l.ffn_norm, s.Vector(Blk(il, "ffn_norm.weight")));
-  K3_ASSIGN_OR_RETURN(l.attn_res_score, s.Vector(Blk(il, "attn_res_score.weight")));
-  K3_ASSIGN_OR_RETURN(l.ffn_res_score, s.Vector(Blk(il, "ffn_res_score.weight")));
+// One layer of this rank's shard: the slices of BindKda / BindMla / BindDense / BindMoe.
+absl::Status SynthLayer(SynthHost& b, const model::K3Config& c, const model::RankShard& s, int64_t il,
+                        engine::LayerWeights& l) {
+  K3_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(Blk(il, "attn_norm.weight")));
+  K3_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(Blk(il, "ffn_norm.weight")));
+  K3_ASSIGN_OR_RETURN(l.attn_res_score, b.Vector(Blk(il, "attn_res_score.weight")));
+  K3_ASSIGN_OR_RETURN(l.ffn_res_score, b.Vector(Blk(il, "ffn_res_score.weight")));
   if (c.is_mla(il)) {
     engine::MlaWeights& w = l.mla;
-    K3_ASSIGN_OR_RETURN(w.q_a, s.Matrix(Blk(il, "attn_q_a.weight")));
-    K3_ASSIGN_OR_RETURN(w.q_a_norm, s.Vector(Blk(il, "attn_q_a_norm.weight")));
-    K3_ASSIGN_OR_RETURN(w.q_b, s.Matrix(Blk(il, "attn_q_b.weight")));
-    K3_ASSIGN_OR_RETURN(w.kv_a, s.Matrix(Blk(il, "attn_kv_a_mqa.weight")));
-    K3_ASSIGN_OR_RETURN(w.kv_a_norm, s.Vector(Blk(il, "attn_kv_a_norm.weight")));
-    K3_ASSIGN_OR_RETURN(w.k_b, s.Stack(Blk(il, "attn_k_b.weight")));
-    K3_ASSIGN_OR_RETURN(w.v_b, s.Stack(Blk(il, "attn_v_b.weight")));
-    w.has_gate = s.Has(Blk(il, "attn_gate.weight"));
-    if (w.has_gate) { K3_ASSIGN_OR_RETURN(w.gate, s.Matrix(Blk(il, "attn_gate.weight"))); }
-    K3_ASSIGN_OR_RETURN(w.out, s.Matrix(Blk(il, "attn_output.weight")));
+    const int64_t qk = c.mla_qk_head_dim(), vd = c.v_head_dim;
+    K3_ASSIGN_OR_RETURN(w.q_a, b.Matrix(Blk(il, "attn_q_a.weight")));
+    K3_ASSIGN_OR_RETURN(w.q_a_norm, b.Vector(Blk(il, "attn_q_a_norm.weight")));
+    K3_ASSIGN_OR_RETURN(w.q_b, b.Rows(Blk(il, "attn_q_b.weight"), s.head_begin * qk, s.n_heads * qk));
+    K3_ASSIGN_OR_RETURN(w.kv_a, b.Matrix(Blk(il, "attn_kv_a_mqa.weight")));
+    K3_ASSIGN_OR_RETURN(w.kv_a_norm, b.Vector(Blk(il, "attn_kv_a_norm.weight")));
+    K3_ASSIGN_OR_RETURN(w.k_b, b.Stack(Blk(il, "attn_k_b.weight"), s.head_begin, s.n_heads));
+    K3_ASSIGN_OR_RETURN(w.v_b, b.Stack(Blk(il, "attn_v_b.weight"), s.head_begin, s.n_heads));
+    w.has_gate = b.Has(Blk(il, "attn_gate.weight"));
+    if (w.has_gate) {
+      K3_ASSIGN_OR_RETURN(w.gate, b.Rows(Blk(il, "attn_gate.weight"), s.head_begin * vd, s.n_heads * vd));
+    }
+    K3_ASSIGN_OR_RETURN(w.out, b.Cols(Blk(il, "attn_output.weight"), s.head_begin * vd, s.n_heads * vd));
   } else {
     engine::KdaWeights& w = l.kda;
-    K3_ASSIGN_OR_RETURN(w.q, s.Matrix(Blk(il, "attn_q.weight")));
-    K3_ASSIGN_OR_RETURN(w.k, s.Matrix(Blk(il, "attn_k.weight")));
-    K3_ASSIGN_OR_RETURN(w.v, s.Matrix(Blk(il, "attn_v.weight")));
-    K3_ASSIGN_OR_RETURN(w.conv_q, s.Vector(Blk(il, "ssm_conv1d_q.weight")));
-    K3_ASSIGN_OR_RETURN(w.conv_k, s.Vector(Blk(il, "ssm_conv1d_k.weight")));
-    K3_ASSIGN_OR_RETURN(w.conv_v, s.Vector(Blk(il, "ssm_conv1d_v.weight")));
-    K3_ASSIGN_OR_RETURN(w.f_a, s.Matrix(Blk(il, "ssm_f_a.weight")));
-    K3_ASSIGN_OR_RETURN(w.f_b, s.Matrix(Blk(il, "ssm_f_b.weight")));
-    K3_ASSIGN_OR_RETURN(w.beta, s.Matrix(Blk(il, "ssm_beta.weight")));
-    K3_ASSIGN_OR_RETURN(w.a, s.Vector(Blk(il, "ssm_a")));
-    K3_ASSIGN_OR_RETURN(w.dt_bias, s.Vector(Blk(il, "ssm_dt.bias")));
-    K3_ASSIGN_OR_RETURN(w.g, s.Matrix(Blk(il, "ssm_g.weight")));
-    K3_ASSIGN_OR_RETURN(w.norm, s.Vector(Blk(il, "ssm_norm.weight")));
-    K3_ASSIGN_OR_RETURN(w.out, s.Matrix(Blk(il, "attn_output.weight")));
+    const int64_t hd = c.kda_head_dim, c0 = s.head_begin * hd, cn = s.n_heads * hd, taps = c.conv_kernel;
+    K3_ASSIGN_OR_RETURN(w.q, b.Rows(Blk(il, "attn_q.weight"), c0, cn));
+    K3_ASSIGN_OR_RETURN(w.k, b.Rows(Blk(il, "attn_k.weight"), c0, cn));
+    K3_ASSIGN_OR_RETURN(w.v, b.Rows(Blk(il, "attn_v.weight"), c0, cn));
+    K3_ASSIGN_OR_RETURN(w.conv_q, b.Vector(Blk(il, "ssm_conv1d_q.weight"), c0 * taps, cn * taps));
+    K3_ASSIGN_OR_RETURN(w.conv_k, b.Vector(Blk(il, "ssm_conv1d_k.weight"), c0 * taps, cn * taps));
+    K3_ASSIGN_OR_RETURN(w.conv_v, b.Vector(Blk(il, "ssm_conv1d_v.weight"), c0 * taps, cn * taps));
+    K3_ASSIGN_OR_RETURN(w.f_a, b.Matrix(Blk(il, "ssm_f_a.weight")));
+    K3_ASSIGN_OR_RETURN(w.f_b, b.Rows(Blk(il, "ssm_f_b.weight"), c0, cn));
+    K3_ASSIGN_OR_RETURN(w.beta, b.Rows(Blk(il, "ssm_beta.weight"), s.head_begin, s.n_heads));
+    K3_ASSIGN_OR_RETURN(w.a, b.Vector(Blk(il, "ssm_a"), s.head_begin, s.n_heads));
+    K3_ASSIGN_OR_RETURN(w.dt_bias, b.Vector(Blk(il, "ssm_dt.bias"), c0, cn));
+    K3_ASSIGN_OR_RETURN(w.g, b.Rows(Blk(il, "ssm_g.weight"), c0, cn));
+    K3_ASSIGN_OR_RETURN(w.norm, b.Vector(Blk(il, "ssm_norm.weight")));
+    K3_ASSIGN_OR_RETURN(w.out, b.Cols(Blk(il, "attn_output.weight"), c0, cn));
   }
   if (c.is_dense(il)) {
-    K3_ASSIGN_OR_RETURN(l.dense.gate, s.Matrix(Blk(il, "ffn_gate.weight")));
-    K3_ASSIGN_OR_RETURN(l.dense.up, s.Matrix(Blk(il, "ffn_up.weight")));
-    K3_ASSIGN_OR_RETURN(l.dense.down, s.Matrix(Blk(il, "ffn_down.weight")));
+    K3_ASSIGN_OR_RETURN(l.dense.gate, b.Rows(Blk(il, "ffn_gate.weight"), s.dense_begin, s.dense_width));
+    K3_ASSIGN_OR_RETURN(l.dense.up, b.Rows(Blk(il, "ffn_up.weight"), s.dense_begin, s.dense_width));
+    K3_ASSIGN_OR_RETURN(l.dense.down, b.Cols(Blk(il, "ffn_down.weight"), s.dense_begin, s.dense_width));
   } else {
     engine::MoeWeights& w = l.moe;
-    K3_ASSIGN_OR_RETURN(w.router, s.Matrix(Blk(il, "ffn_gate_inp.weight")));
-    K3_ASSIGN_OR_RETURN(w.selection_bias, s.Vector(Blk(il, "exp_probs_b.bias")));
-    K3_ASSIGN_OR_RETURN(w.routed_down, s.Matrix(Blk(il, "ffn_routed_down.weight")));
-    K3_ASSIGN_OR_RETURN(w.gate_exps, s.Stack(Blk(il, "ffn_gate_exps.weight")));
-    K3_ASSIGN_OR_RETURN(w.up_exps, s.Stack(Blk(il, "ffn_up_exps.weight")));
-    K3_ASSIGN_OR_RETURN(w.down_exps, s.Stack(Blk(il, "ffn_down_exps.weight")));
-    w.has_routed_norm = s.Has(Blk(il, "ffn_routed_norm.weight"));
-    if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(w.routed_norm, s.Vector(Blk(il, "ffn_routed_norm.weight"))); }
-    K3_ASSIGN_OR_RETURN(w.routed_up, s.Matrix(Blk(il, "ffn_routed_up.weight")));
-    w.has_shared = s.Has(Blk(il, "ffn_gate_shexp.weight"));
+    const int64_t e0 = s.expert_begin, ne = s.n_experts, f0 = s.expert_ffn_begin, fw = s.expert_ffn_width;
+    K3_ASSIGN_OR_RETURN(w.router, b.Matrix(Blk(il, "ffn_gate_inp.weight")));
+    K3_ASSIGN_OR_RETURN(w.selection_bias, b.Vector(Blk(il, "exp_probs_b.bias")));
+    K3_ASSIGN_OR_RETURN(w.routed_down, b.Matrix(Blk(il, "ffn_routed_down.weight")));
+    K3_ASSIGN_OR_RETURN(w.gate_exps, b.Stack(Blk(il, "ffn_gate_exps.weight"), e0, ne, f0, fw));
+    K3_ASSIGN_OR_RETURN(w.up_exps, b.Stack(Blk(il, "ffn_up_exps.weight"), e0, ne, f0, fw));
+    K3_ASSIGN_OR_RETURN(w.down_exps, b.StackCols(Blk(il, "ffn_down_exps.weight"), e0, ne, f0, fw));
+    w.has_routed_norm = b.Has(Blk(il, "ffn_routed_norm.weight"));
+    if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(w.routed_norm, b.Vector(Blk(il, "ffn_routed_norm.weight"))); }
+    K3_ASSIGN_OR_RETURN(w.routed_up, b.Matrix(Blk(il, "ffn_routed_up.weight")));
+    w.has_shared = b.Has(Blk(il, "ffn_gate_shexp.weight"));
     if (w.has_shared) {
-      K3_ASSIGN_OR_RETURN(w.shared_gate, s.Matrix(Blk(il, "ffn_gate_shexp.weight")));
-      K3_ASSIGN_OR_RETURN(w.shared_up, s.Matrix(Blk(il, "ffn_up_shexp.weight")));
-      K3_ASSIGN_OR_RETURN(w.shared_down, s.Matrix(Blk(il, "ffn_down_shexp.weight")));
+      K3_ASSIGN_OR_RETURN(w.shared_gate, b.Rows(Blk(il, "ffn_gate_shexp.weight"), s.shared_begin, s.shared_width));
+      K3_ASSIGN_OR_RETURN(w.shared_up, b.Rows(Blk(il, "ffn_up_shexp.weight"), s.shared_begin, s.shared_width));
+      K3_ASSIGN_OR_RETURN(w.shared_down, b.Cols(Blk(il, "ffn_down_shexp.weight"), s.shared_begin, s.shared_width));
     }
   }
   return absl::OkStatus();
@@ -422,7 +502,29 @@ CudaEngine::CudaEngine() : impl_(std::make_unique<Impl>()) {}
 CudaEngine::~CudaEngine() {
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
   impl_.reset();
-  if (stream_) cudaStreamDestroy(stream_);
+  if (stream_ && own_stream_) cudaStreamDestroy(stream_);
+}
+
+absl::Status CudaEngine::CheckRanks(const CudaEngineOptions& o) {
+  if (o.rank < 0 || o.rank >= o.plan.ranks) {
+    return absl::InvalidArgumentError(absl::StrCat("rank ", o.rank, " outside the plan's ", o.plan.ranks, " ranks"));
+  }
+  if (o.plan.ranks > 1 && o.comm == nullptr) {
+    return absl::InvalidArgumentError("a plan of several ranks needs a device communicator (NCCL)");
+  }
+  if (o.plan.ranks > 1 && o.stream == nullptr) {
+    return absl::InvalidArgumentError("a plan of several ranks needs the communicator's stream in the options");
+  }
+  if (o.comm != nullptr && (o.comm->size() != o.plan.ranks || o.comm->rank() != o.rank)) {
+    return absl::InvalidArgumentError(absl::StrCat("communicator is rank ", o.comm->rank(), " of ", o.comm->size(),
+                                                   ", the plan says rank ", o.rank, " of ", o.plan.ranks));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::AllReduce(float* data, int64_t n) {
+  if (comm_ == nullptr) return absl::OkStatus();
+  return comm_->AllReduceSum(data, n);
 }
 
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& path,
@@ -432,8 +534,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& 
   K3_ASSIGN_OR_RETURN(e->config_, model::ParseK3Config(*file));
   K3_RETURN_IF_ERROR(model::ValidateManifest(e->config_, *file));
   K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
-  if (options.rank < 0 || options.rank >= options.plan.ranks) return absl::InvalidArgumentError("rank outside the plan");
-  if (options.plan.ranks != 1) return absl::UnimplementedError("CudaEngine: one rank only for now");
+  K3_RETURN_IF_ERROR(CheckRanks(options));
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
   K3_ASSIGN_OR_RETURN(engine::ModelWeights w, engine::BindWeights(e->config_, *file, e->shard_));
@@ -454,7 +555,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& 
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSource& source,
                                                                   const CudaEngineOptions& options) {
   std::unique_ptr<CudaEngine> e(new CudaEngine());
-  if (options.plan.ranks != 1) return absl::UnimplementedError("CudaEngine: one rank only for now");
+  K3_RETURN_IF_ERROR(CheckRanks(options));
   K3_ASSIGN_OR_RETURN(model::QuantMix mix, model::QuantMix::Preset(source.quant));
   synth::SynthOptions so;
   so.seed = source.seed;
@@ -467,8 +568,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   Uploader up(*e->impl_, e->weight_bytes_);
   {
     engine::ModelWeights w;
-    K3_ASSIGN_OR_RETURN(w.token_embd, host.Matrix("token_embd.weight"));
-    K3_ASSIGN_OR_RETURN(w.output, host.Matrix("output.weight"));
+    const model::RankShard& s = e->shard_;
+    K3_ASSIGN_OR_RETURN(w.token_embd, host.Rows("token_embd.weight", s.vocab_begin, s.vocab_width));
+    K3_ASSIGN_OR_RETURN(w.output, host.Rows("output.weight", s.vocab_begin, s.vocab_width));
     K3_ASSIGN_OR_RETURN(w.output_norm, host.Vector("output_norm.weight"));
     K3_ASSIGN_OR_RETURN(w.output_res_score, host.Vector("output_res_score.weight"));
     K3_RETURN_IF_ERROR(up.Globals(e->config_, w));
@@ -477,12 +579,13 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   e->impl_->layers.resize(e->config_.n_layers);
   for (int64_t il = 0; il < e->config_.n_layers; ++il) {
     engine::LayerWeights lw;
-    K3_RETURN_IF_ERROR(SynthLayer(host, e->config_, il, lw));
+    K3_RETURN_IF_ERROR(SynthLayer(host, e->config_, e->shard_, il, lw));
     K3_RETURN_IF_ERROR(up.Layer(e->config_, il, lw, e->impl_->layers[il]));
     host.Clear();
     if (options.verbose) {
-      std::fprintf(stderr, "[cuda_engine] synthetic layer %lld/%lld filled and uploaded, %.2f GB\n",
-                   static_cast<long long>(il + 1), static_cast<long long>(e->config_.n_layers),
+      std::fprintf(stderr, "[cuda_engine] rank %d/%d: synthetic layer %lld/%lld filled and uploaded, %.2f GB\n",
+                   options.rank, options.plan.ranks, static_cast<long long>(il + 1),
+                   static_cast<long long>(e->config_.n_layers),
                    e->weight_bytes_ / 1e9);
     }
   }
@@ -497,7 +600,13 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   if (options.max_seqs < 1 || options.max_batch < 1 || options.page_size < 1) {
     return absl::InvalidArgumentError("max_seqs, max_batch, page_size must be >= 1");
   }
-  K3_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+  if (options.stream != nullptr) {
+    stream_ = options.stream;
+  } else {
+    K3_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    own_stream_ = true;
+  }
+  comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   const int64_t B = options.max_batch, H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
   const int64_t D = nh * hd, taps = c.conv_kernel;
   int64_t cache_tokens = options.cache_tokens;
@@ -576,6 +685,18 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.dg, F(B * std::max<int64_t>(shard_.dense_width, 1)));
   K3_ASSIGN_OR_RETURN(m.du, F(B * std::max<int64_t>(shard_.dense_width, 1)));
   K3_CU(cudaDeviceSynchronize());
+  if (comm_ != nullptr) {
+    // Eager all-reduces of every size a step uses at 1 and B rows, before any capture: NCCL
+    // connects its peers on first use, which must not happen inside a graph capture.
+    K3_CU(cudaMemsetAsync(m.reduce, 0, B * (L + H) * sizeof(float), stream_));
+    for (int64_t n : {int64_t{1}, B}) {
+      K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * H));
+      K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * L));
+      K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * (L + H)));
+    }
+    K3_CU(cudaStreamSynchronize(stream_));
+    comm_->ResetStats();
+  }
   return absl::OkStatus();
 }
 
@@ -690,7 +811,7 @@ void CudaEngine::Commit(std::span<const SeqId> ids) {
 }
 
 // Kinds for the profile marks.
-enum Mark { kEmbed = 0, kKda, kMla, kDense, kMoe, kMixNorm, kHead, kMarks };
+enum Mark { kEmbed = 0, kKda, kMla, kDense, kMoe, kMixNorm, kHead, kComm, kMarks };
 
 absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<int, cudaEvent_t>>* marks) {
   const model::K3Config& c = config_;
@@ -732,6 +853,13 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
   K3_RETURN_IF_ERROR(mark(kEmbed));
   K3_CU(EmbedRows(m.token_embd.type, m.token_embd.data, m.token_embd.row_bytes, shard_.vocab_begin,
                   shard_.vocab_width, tokens_d, n, H, m.x, s));
+  // All-reduce i of the step: the CPU engine's places, in place on the stream.
+  auto reduce = [&](float* data, int64_t count) -> absl::Status {
+    if (comm_ == nullptr) return absl::OkStatus();
+    K3_RETURN_IF_ERROR(mark(kComm));
+    return AllReduce(data, count);
+  };
+  K3_RETURN_IF_ERROR(reduce(m.x, n * H));  // the vocabulary bands' rows
   const size_t state_floats = nh * hd * hd, conv_floats = 3 * (taps - 1) * D;
   const size_t elem = options_.cache_f16 ? 2 : 4;
   const int64_t page_elems = c.n_mla_layers() * options_.page_size * c.mla_row;
@@ -847,6 +975,7 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, m.gp));
       K3_CU(Gemv(w.out, m.o, D, m.delta, H, n, s));
     }
+    K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     K3_CU(AddInto(m.x, m.delta, n * H, !banked, s));  // a banked layer restarts the stream
     K3_CU(mix(lw.ffn_res_score, m.x, m.cur));
@@ -859,6 +988,7 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       K3_CU(Gemv(w.up, m.h, H, m.du, Fd, n, s));
       K3_CU(SituInto(m.dg, m.du, n, Fd, c, s));
       K3_CU(Gemv(w.down, m.dg, Fd, m.delta, H, n, s));
+      K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the FFN bands' partials
     } else {
       K3_RETURN_IF_ERROR(mark(kMoe));
       const DMoe& w = lw.moe;
@@ -893,6 +1023,11 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
         K3_CU(Gemv(w.shared_up, m.h, H, m.su, Fs, n, s));
         K3_CU(SituInto(m.sg, m.su, n, Fs, c, s));
         K3_CU(Gemv(w.shared_down, m.sg, Fs, sh, H, n, s));
+      }
+      // [expert partials | shared partials] of the group in ONE all-reduce, before the routed norm.
+      if (comm_ != nullptr) {
+        K3_RETURN_IF_ERROR(reduce(m.reduce, n * (L + (w.has_shared ? H : 0))));
+        K3_RETURN_IF_ERROR(mark(kMoe));
       }
       if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
       K3_CU(Gemv(w.routed_up, mm, L, m.delta, H, n, s));
@@ -950,7 +1085,7 @@ absl::StatusOr<StepProfile> CudaEngine::DecodeProfiled(std::span<const SeqId> id
   absl::Status st = Enqueue(static_cast<int64_t>(ids.size()), bucket, &marks);
   K3_CU(cudaStreamSynchronize(stream_));
   StepProfile prof;
-  double* slot[kMarks] = {&prof.embed, &prof.kda, &prof.mla, &prof.dense, &prof.moe, &prof.mix_norm, &prof.head};
+  double* slot[kMarks] = {&prof.embed, &prof.kda, &prof.mla, &prof.dense, &prof.moe, &prof.mix_norm, &prof.head, &prof.comm};
   for (size_t i = 0; i + 1 < marks.size(); ++i) {
     float ms = 0;
     cudaEventElapsedTime(&ms, marks[i].second, marks[i + 1].second);

@@ -7,6 +7,13 @@
 // tables) is uploaded into fixed device arrays first, so the step is captured once per
 // (batch size, MLA split bucket) as a CUDA graph and replayed.
 // Prompts run token by token through the decode step (no chunked prefill yet).
+//
+// Several ranks (one GPU each): each binds its RankShard exactly as the CPU engine does (heads,
+// FFN and shared-expert bands, expert groups x FFN bands, vocabulary band) and the all-reduces
+// sit where the CPU engine has them (embedding band; after each attention; dense FFN; the MoE's
+// fused [latent partial | shared partial] before the routed norm): 1 + 2 x n_layers per step,
+// enqueued in place on the step's stream through a device communicator (NCCL), so they are
+// captured in the step's CUDA graph. Every rank must run the same steps in the same order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -34,8 +41,13 @@ using engine::SeqId;
 using engine::SeqInput;
 
 struct CudaEngineOptions {
-  model::RankPlan plan;       // 1 rank for now (multi-rank needs a device communicator)
+  model::RankPlan plan;       // this process is `rank` of plan.ranks
   int rank = 0;
+  // Several ranks: a communicator over DEVICE memory that enqueues on `stream` (the NCCL one,
+  // coll::MakeNcclCommunicator with NcclOptions{stream}); nullptr is valid for one rank only.
+  coll::Communicator* comm = nullptr;
+  // The stream every step runs on (the communicator's); nullptr: the engine makes its own.
+  cudaStream_t stream = nullptr;
   int device = 0;             // CUDA device ordinal
   int64_t max_seqs = 8;       // KDA state slots
   int64_t max_batch = 8;      // rows of one decode step
@@ -57,7 +69,7 @@ struct SynthSource {
 
 // Device time per layer kind of one profiled step (CUDA events), milliseconds.
 struct StepProfile {
-  double embed = 0, kda = 0, mla = 0, dense = 0, moe = 0, mix_norm = 0, head = 0, total = 0;
+  double embed = 0, kda = 0, mla = 0, dense = 0, moe = 0, mix_norm = 0, head = 0, comm = 0, total = 0;
 };
 
 class CudaEngine {
@@ -70,6 +82,10 @@ class CudaEngine {
 
   const model::K3Config& config() const { return config_; }
   const model::RankShard& shard() const { return shard_; }
+  int ranks() const { return options_.plan.ranks; }
+  // All-reduces one decode step enqueues (none on one rank): the embedding, then per layer one
+  // after attention and one for the FFN (the MoE fuses its expert and shared partials).
+  int64_t CollectivesPerStep() const { return ranks() > 1 ? 1 + 2 * config_.n_layers : 0; }
   // Bytes of weights resident on the device (this rank's shard).
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of weights one decode step of n_seqs rows reads at least (each weight once; per MoE
@@ -101,6 +117,8 @@ class CudaEngine {
  private:
   CudaEngine();
   absl::Status Init(const CudaEngineOptions& options);
+  static absl::Status CheckRanks(const CudaEngineOptions& options);
+  absl::Status AllReduce(float* data, int64_t n);
   absl::Status Prepare(std::span<const SeqId> seqs, std::span<const int32_t> tokens, int* bucket);
   absl::Status Enqueue(int64_t n, int bucket, std::vector<std::pair<int, cudaEvent_t>>* marks);
   void Commit(std::span<const SeqId> seqs);
@@ -116,6 +134,8 @@ class CudaEngine {
   CudaEngineOptions options_;
   std::unique_ptr<Impl> impl_;
   cudaStream_t stream_ = nullptr;
+  bool own_stream_ = false;
+  coll::Communicator* comm_ = nullptr;  // several ranks only
   uint64_t weight_bytes_ = 0;
   std::unordered_map<SeqId, Sequence> seqs_;
   std::vector<int32_t> free_pages_;

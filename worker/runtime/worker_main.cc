@@ -4,6 +4,8 @@
 //
 //   mpirun -np 2 k3-worker --model m.gguf --prompt "1 2 3" --gen 16
 //   mpirun -np 2 k3-worker --model m.gguf --serve 127.0.0.1:50061   (for the coordinator)
+//   mpirun -np 2 k3-worker --backend cuda --model m.gguf --prompt "1 2 3"   (one GPU per rank;
+//       built with K3_WITH_CUDA: CudaEngine in the same step protocol, NCCL inside the engine)
 #include <csignal>
 #include <chrono>
 #include <cstdio>
@@ -20,6 +22,13 @@
 #include "worker/gguf/gguf_file.h"
 #include "worker/model/plan_report.h"
 #include "worker/runtime/worker_group.h"
+#ifdef K3_HAVE_CUDA_BACKEND
+#include <cuda_runtime.h>
+
+#include "collectives/nccl_communicator.h"
+#include "worker/engine_cuda/cuda_engine.h"
+#include "worker/engine_cuda/cuda_worker_group.h"
+#endif
 #ifdef K3_HAVE_GRPC
 #include <grpcpp/grpcpp.h>
 
@@ -77,54 +86,9 @@ absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, 
 #endif
 }
 
-absl::Status Run(k3::CliArgs& args, int rank, int size) {
-  const std::string model = args.Str("model");
-  K3_ASSIGN_OR_RETURN(int64_t groups, args.Int("expert-groups", size));
-  K3_ASSIGN_OR_RETURN(int64_t max_seqs, args.Int("max-seqs", 8));
-  K3_ASSIGN_OR_RETURN(int64_t cache_tokens, args.Int("cache-tokens", 0));
-  K3_ASSIGN_OR_RETURN(int64_t timeout_ms, args.Int("timeout-ms", 60000));
-  K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
-  const std::string prompt = args.Str("prompt");
-  const std::string serve = args.Str("serve");
-  const std::string trace_dir = args.Str("trace-dir");
-  K3_RETURN_IF_ERROR(args.Finish());
-  // The per-rank timeline, written when the rank ends (trace-rank<r>.json; merge with
-  // launch/merge_traces.py).
-  std::unique_ptr<k3::Tracer> tracer;
-  if (!trace_dir.empty()) tracer = std::make_unique<k3::Tracer>(rank, "rank " + std::to_string(rank));
-  struct TraceWriter {
-    k3::Tracer* t;
-    std::string path;
-    ~TraceWriter() {
-      if (t && !t->WriteFile(path).ok()) std::fprintf(stderr, "could not write %s\n", path.c_str());
-    }
-  } trace_writer{tracer.get(), trace_dir + "/trace-rank" + std::to_string(rank) + ".json"};
-  if (model.empty()) return absl::InvalidArgumentError("--model is required");
-
-  auto comm = k3::coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(timeout_ms)});
-  k3::engine::EngineOptions opt;
-  opt.plan = {size, static_cast<int>(groups)};
-  opt.rank = rank;
-  opt.comm = comm.get();
-  opt.tracer = tracer.get();
-  opt.max_seqs = max_seqs;
-  opt.cache_tokens = cache_tokens;
-  K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model, opt));
-  std::string plan;
-  if (rank == 0) {
-    auto file = k3::gguf::GgufFile::Open(model);
-    const k3::gguf::GgufFile* f = file->get();
-    plan = k3::model::DescribePlan(engine->config(), opt.plan, [f](const k3::model::TensorSpec& s) {
-      return f->FindTensor(s.name)->type;
-    });
-    std::printf("%s\n%s", engine->config().Summary().c_str(), plan.c_str());
-    std::fflush(stdout);
-  }
-  k3::runtime::WorkerGroup group(*engine, *comm);
-  if (rank != 0) return group.FollowerLoop();
-  if (!serve.empty()) return Serve(serve, group, *engine, opt, plan);
-
-  // Leader without a coordinator: greedy generation of one prompt.
+// Leader without a coordinator: greedy generation of one prompt (either backend's group).
+template <class Group>
+absl::Status Generate(Group& group, const std::string& prompt, int64_t gen) {
   std::vector<int32_t> ids;
   for (absl::string_view piece : absl::StrSplit(prompt, ' ', absl::SkipEmpty())) {
     int32_t id;
@@ -161,6 +125,106 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   std::printf("\nprefill %zu tokens: %.3f s (%.1f tokens/s); decode %ld tokens: %.1f tokens/s\n", ids.size(), pre,
               ids.size() / pre, static_cast<long>(gen - 1), gen > 1 ? (gen - 1) / dec : 0.0);
   return absl::OkStatus();
+}
+
+#ifdef K3_HAVE_CUDA_BACKEND
+// --backend cuda: this rank's shard on its GPU (the local rank's, of those it sees), the engine's
+// all-reduces over NCCL on the engine's stream, steps and band summaries over `comm` (MPI).
+absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3::model::RankPlan plan, int rank,
+                     int64_t max_seqs, int64_t cache_tokens, const std::string& serve, const std::string& prompt,
+                     int64_t gen) {
+  if (!serve.empty()) {
+    return absl::UnimplementedError("--serve with --backend cuda: the leader service runs an engine::Engine group only");
+  }
+  int n_dev = 0;
+  if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) return absl::FailedPreconditionError("no CUDA device");
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
+  k3::engine_cuda::CudaEngineOptions opt;
+  opt.device = (local != nullptr ? std::atoi(local) : rank) % n_dev;
+  if (cudaSetDevice(opt.device) != cudaSuccess) return absl::InternalError("cudaSetDevice failed");
+  cudaStream_t stream = nullptr;
+  if (cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking) != cudaSuccess) {
+    return absl::InternalError("cudaStreamCreate failed");
+  }
+  K3_ASSIGN_OR_RETURN(auto nccl, k3::coll::MakeNcclCommunicator(MPI_COMM_WORLD, {stream}));
+  opt.plan = plan;
+  opt.rank = rank;
+  opt.comm = nccl.get();
+  opt.stream = stream;
+  opt.max_seqs = max_seqs;
+  opt.max_batch = max_seqs;
+  opt.cache_tokens = cache_tokens;
+  opt.verbose = rank == 0;
+  K3_ASSIGN_OR_RETURN(auto engine, k3::engine_cuda::CudaEngine::Open(model, opt));
+  if (rank == 0) {
+    std::printf("%s\nbackend cuda: %d ranks (GPU %d here), %d expert groups, %.2f GB of weights on rank 0\n",
+                engine->config().Summary().c_str(), plan.ranks, opt.device, plan.expert_groups,
+                engine->weight_bytes() / 1e9);
+    std::fflush(stdout);
+  }
+  k3::engine_cuda::CudaWorkerGroup group(*engine, comm);
+  if (rank != 0) return group.FollowerLoop();
+  return Generate(group, prompt, gen);
+}
+#endif
+
+absl::Status Run(k3::CliArgs& args, int rank, int size) {
+  const std::string model = args.Str("model");
+  K3_ASSIGN_OR_RETURN(int64_t groups, args.Int("expert-groups", size));
+  K3_ASSIGN_OR_RETURN(int64_t max_seqs, args.Int("max-seqs", 8));
+  K3_ASSIGN_OR_RETURN(int64_t cache_tokens, args.Int("cache-tokens", 0));
+  K3_ASSIGN_OR_RETURN(int64_t timeout_ms, args.Int("timeout-ms", 60000));
+  K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
+  const std::string prompt = args.Str("prompt");
+  const std::string serve = args.Str("serve");
+  const std::string trace_dir = args.Str("trace-dir");
+  const std::string backend = args.Str("backend", "cpu");
+  K3_RETURN_IF_ERROR(args.Finish());
+  if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
+  // The per-rank timeline, written when the rank ends (trace-rank<r>.json; merge with
+  // launch/merge_traces.py).
+  std::unique_ptr<k3::Tracer> tracer;
+  if (!trace_dir.empty()) tracer = std::make_unique<k3::Tracer>(rank, "rank " + std::to_string(rank));
+  struct TraceWriter {
+    k3::Tracer* t;
+    std::string path;
+    ~TraceWriter() {
+      if (t && !t->WriteFile(path).ok()) std::fprintf(stderr, "could not write %s\n", path.c_str());
+    }
+  } trace_writer{tracer.get(), trace_dir + "/trace-rank" + std::to_string(rank) + ".json"};
+  if (model.empty()) return absl::InvalidArgumentError("--model is required");
+
+  auto comm = k3::coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(timeout_ms)});
+  if (backend == "cuda") {
+#ifdef K3_HAVE_CUDA_BACKEND
+    return RunCuda(*comm, model, {size, static_cast<int>(groups)}, rank, max_seqs, cache_tokens, serve, prompt, gen);
+#else
+    return absl::UnimplementedError("this k3-worker was built without CUDA (K3_WITH_CUDA=OFF): --backend cuda is unavailable");
+#endif
+  }
+  k3::engine::EngineOptions opt;
+  opt.plan = {size, static_cast<int>(groups)};
+  opt.rank = rank;
+  opt.comm = comm.get();
+  opt.tracer = tracer.get();
+  opt.max_seqs = max_seqs;
+  opt.cache_tokens = cache_tokens;
+  K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model, opt));
+  std::string plan;
+  if (rank == 0) {
+    auto file = k3::gguf::GgufFile::Open(model);
+    const k3::gguf::GgufFile* f = file->get();
+    plan = k3::model::DescribePlan(engine->config(), opt.plan, [f](const k3::model::TensorSpec& s) {
+      return f->FindTensor(s.name)->type;
+    });
+    std::printf("%s\n%s", engine->config().Summary().c_str(), plan.c_str());
+    std::fflush(stdout);
+  }
+  k3::runtime::WorkerGroup group(*engine, *comm);
+  if (rank != 0) return group.FollowerLoop();
+  if (!serve.empty()) return Serve(serve, group, *engine, opt, plan);
+
+  return Generate(group, prompt, gen);
 }
 
 }  // namespace
