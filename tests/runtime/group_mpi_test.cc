@@ -41,7 +41,8 @@ int RunStallTest() {
     std::printf("rank %d: %s\n", rank, std::string(eng.status().message()).c_str());
     return 1;
   }
-  WorkerGroup group(**eng, *comm);
+  CpuRankEngine rank_engine(**eng);
+  WorkerGroup group(rank_engine, *comm);
   if (rank == g_stall_rank) {
     std::this_thread::sleep_for(std::chrono::seconds(60));  // stalled; the abort ends it
     return 1;
@@ -96,7 +97,8 @@ TEST(WorkerGroup, AgreesWithSingleProcess) {
   opt.page_size = 16;
   auto eng = engine::Engine::Open(g_model, opt);
   ASSERT_TRUE(eng.ok()) << eng.status();
-  WorkerGroup group(**eng, *comm);
+  CpuRankEngine rank_engine(**eng);
+  WorkerGroup group(rank_engine, *comm);
   if (rank != 0) {
     ASSERT_TRUE(group.FollowerLoop().ok());
     return;

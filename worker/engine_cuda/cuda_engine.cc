@@ -624,6 +624,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(uint8_t* cache, m.Alloc<uint8_t>(static_cast<size_t>(m.n_pages) * n_mla * options.page_size * c.mla_row * elem));
   m.mla_cache = cache;
   for (int64_t p = m.n_pages - 1; p >= 0; --p) free_pages_.push_back(static_cast<int32_t>(p));
+  cache_pages_ = m.n_pages;
   for (int64_t s = options.max_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
 
   m.meta_ints = static_cast<size_t>(3 * B + B * m.pages_per_seq);

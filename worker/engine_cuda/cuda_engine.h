@@ -99,6 +99,11 @@ class CudaEngine {
   absl::Status Free(SeqId id);
   bool Contains(SeqId id) const { return seqs_.contains(id); }
   int64_t Length(SeqId id) const;
+  // Capacity, for the coordinator's admission (the worker's GetInfo).
+  int64_t page_size() const { return options_.page_size; }
+  int64_t cache_capacity_tokens() const { return cache_pages_ * options_.page_size; }
+  int64_t free_slot_count() const { return static_cast<int64_t>(free_slots_.size()); }
+  int64_t free_cache_tokens() const { return static_cast<int64_t>(free_pages_.size()) * options_.page_size; }
 
   // The CPU engine's Forward contract; runs are fed token by token through the decode step.
   absl::StatusOr<ForwardResult> Forward(std::span<const SeqInput> batch);
@@ -139,6 +144,7 @@ class CudaEngine {
   uint64_t weight_bytes_ = 0;
   std::unordered_map<SeqId, Sequence> seqs_;
   std::vector<int32_t> free_pages_;
+  int64_t cache_pages_ = 0;  // pages in the pool
   std::vector<int64_t> free_slots_;
   std::map<std::pair<int64_t, int>, cudaGraphExec_t> graphs_;
 };

@@ -1,5 +1,6 @@
 #include "worker/runtime/leader_service.h"
 
+#include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -84,8 +85,8 @@ grpc::Status LeaderService::GetInfo(grpc::ServerContext*, const k3::v1::WorkerIn
   resp->set_page_size(info_.page_size);
   resp->set_vocab(info_.vocab);
   resp->set_context_length(info_.context_length);
-  resp->set_free_slots(static_cast<uint32_t>(engine_.cache().free_slots()));
-  resp->set_free_pages(static_cast<uint64_t>(engine_.cache().free_pages()));
+  resp->set_free_slots(static_cast<uint32_t>(engine_.free_slots()));
+  resp->set_free_pages(static_cast<uint64_t>(engine_.free_cache_tokens() / std::max<uint32_t>(1, info_.page_size)));
   return grpc::Status::OK;
 }
 

@@ -21,7 +21,7 @@ struct LeaderInfo {
 
 class LeaderService final : public k3::v1::Worker::Service {
  public:
-  LeaderService(WorkerGroup& group, engine::Engine& engine, LeaderInfo info)
+  LeaderService(WorkerGroup& group, RankEngine& engine, LeaderInfo info)
       : group_(group), engine_(engine), info_(std::move(info)) {}
 
   grpc::Status RunStep(grpc::ServerContext* ctx, const k3::v1::StepRequest* req,
@@ -35,7 +35,7 @@ class LeaderService final : public k3::v1::Worker::Service {
 
  private:
   WorkerGroup& group_;
-  engine::Engine& engine_;
+  RankEngine& engine_;
   LeaderInfo info_;
   std::mutex mu_;  // one step at a time: the group has one step loop
   std::atomic<bool> broken_{false};

@@ -18,10 +18,10 @@ int64_t RowBytes(const StepEntry& e, int64_t band_width) {
   return e.top_n * static_cast<int64_t>(sizeof(Candidate)) + 4 + (e.full_logits ? band_width * 4 : 0);
 }
 
-absl::Status ApplySequenceChanges(engine::SequenceCache& cache, const Step& step) {
-  for (SeqId id : step.free) K3_RETURN_IF_ERROR(cache.Free(id));
-  for (SeqId id : step.add) K3_RETURN_IF_ERROR(cache.Add(id));
-  for (const auto& [src, dst] : step.fork) K3_RETURN_IF_ERROR(cache.Fork(src, dst));
+absl::Status ApplySequenceChanges(RankEngine& engine, const Step& step) {
+  for (SeqId id : step.free) K3_RETURN_IF_ERROR(engine.Free(id));
+  for (SeqId id : step.add) K3_RETURN_IF_ERROR(engine.Add(id));
+  for (const auto& [src, dst] : step.fork) K3_RETURN_IF_ERROR(engine.Fork(src, dst));
   return absl::OkStatus();
 }
 
@@ -48,9 +48,9 @@ absl::StatusOr<Step> WorkerGroup::ReceiveStep(const Step* leader_step) {
 }
 
 std::vector<uint8_t> WorkerGroup::RunLocal(const Step& step, absl::Status& status) {
-  const int64_t band_width = engine_.shard().vocab_width;
+  const int64_t band_width = engine_.vocab_band_width();
   std::vector<uint8_t> msg(SummaryBytes(step, band_width), 0);
-  status = ApplySequenceChanges(engine_.cache(), step);
+  status = ApplySequenceChanges(engine_, step);
   absl::StatusOr<engine::ForwardResult> result;
   if (status.ok() && !step.entries.empty()) {
     std::vector<engine::SeqInput> inputs;
@@ -86,6 +86,10 @@ std::vector<uint8_t> WorkerGroup::RunLocal(const Step& step, absl::Status& statu
 }
 
 absl::StatusOr<StepResult> WorkerGroup::LeaderStep(const Step& step) {
+  // A step outside DecodeStep's limits (e.g. top_n > kMaxTopN) would fail to decode on every
+  // follower, and a follower that cannot decode a step leaves the group: reject it here, before
+  // anything is broadcast, so the caller gets the error and the group stays up.
+  if (absl::StatusOr<Step> check = DecodeStep(EncodeStep(step)); !check.ok()) return check.status();
   absl::StatusOr<Step> received = ReceiveStep(&step);
   if (!received.ok()) {
     // A broadcast cannot say who is missing; a gather can.
@@ -117,7 +121,7 @@ absl::StatusOr<StepResult> WorkerGroup::LeaderStep(const Step& step) {
     }
   }
   // Merge the bands row by row.
-  const int64_t band_width = engine_.shard().vocab_width;
+  const int64_t band_width = engine_.vocab_band_width();
   StepResult result;
   result.id = s.id;
   int64_t offset = kHeaderBytes;

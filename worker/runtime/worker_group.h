@@ -1,4 +1,5 @@
-// A worker group's step loop. Every rank holds its shard in an Engine; the leader (rank 0)
+// A worker group's step loop. Every rank holds its shard in an engine (CPU or GPU, behind
+// RankEngine); the leader (rank 0)
 // takes a step, broadcasts it, every rank runs its part, and the leader gathers each rank's
 // vocabulary-band summary (and its status) and merges them into the step's result.
 #pragma once
@@ -7,14 +8,14 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
-#include "worker/engine/engine.h"
+#include "worker/runtime/rank_engine.h"
 #include "worker/runtime/step.h"
 
 namespace k3::runtime {
 
 class WorkerGroup {
  public:
-  WorkerGroup(engine::Engine& engine, coll::Communicator& comm) : engine_(engine), comm_(comm) {}
+  WorkerGroup(RankEngine& engine, coll::Communicator& comm) : engine_(engine), comm_(comm) {}
 
   bool is_leader() const { return comm_.rank() == 0; }
 
@@ -32,7 +33,7 @@ class WorkerGroup {
   // that want the full vocabulary) as one message of a size every rank can compute.
   std::vector<uint8_t> RunLocal(const Step& step, absl::Status& status);
 
-  engine::Engine& engine_;
+  RankEngine& engine_;
   coll::Communicator& comm_;
 };
 

@@ -27,7 +27,7 @@
 
 #include "collectives/nccl_communicator.h"
 #include "worker/engine_cuda/cuda_engine.h"
-#include "worker/engine_cuda/cuda_worker_group.h"
+#include "worker/engine_cuda/cuda_rank_engine.h"
 #endif
 #ifdef K3_HAVE_GRPC
 #include <grpcpp/grpcpp.h>
@@ -39,19 +39,25 @@ namespace {
 
 using k3::runtime::Step;
 
+// What the leader tells the coordinator about its group (either backend).
+struct GroupInfo {
+  std::string plan;
+  int ranks = 1;
+  int64_t max_seqs = 0, page_size = 0, cache_tokens = 0;
+};
+
 // The leader as a gRPC server for the coordinator, until SIGINT/SIGTERM or a group failure.
-absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, k3::engine::Engine& engine,
-                   const k3::engine::EngineOptions& opt, const std::string& plan) {
+absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, k3::runtime::RankEngine& engine,
+                   const k3::model::K3Config& c, const GroupInfo& g) {
 #ifdef K3_HAVE_GRPC
   k3::runtime::LeaderInfo info;
-  const auto& c = engine.config();
   info.model_name = c.name;
   info.model_summary = c.Summary();
-  info.plan = plan;
-  info.ranks = opt.plan.ranks;
-  info.max_seqs = static_cast<uint32_t>(engine.cache().shape().max_seqs);
-  info.page_size = static_cast<uint32_t>(engine.cache().shape().page_size);
-  info.cache_tokens = static_cast<uint64_t>(engine.cache().shape().n_pages * engine.cache().shape().page_size);
+  info.plan = g.plan;
+  info.ranks = static_cast<uint32_t>(g.ranks);
+  info.max_seqs = static_cast<uint32_t>(g.max_seqs);
+  info.page_size = static_cast<uint32_t>(g.page_size);
+  info.cache_tokens = static_cast<uint64_t>(g.cache_tokens);
   info.vocab = static_cast<uint32_t>(c.vocab);
   info.context_length = static_cast<uint32_t>(c.context_length);
   k3::runtime::LeaderService service(group, engine, info);
@@ -87,8 +93,8 @@ absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, 
 }
 
 // Leader without a coordinator: greedy generation of one prompt (either backend's group).
-template <class Group>
-absl::Status Generate(Group& group, const std::string& prompt, int64_t gen) {
+
+absl::Status Generate(k3::runtime::WorkerGroup& group, const std::string& prompt, int64_t gen) {
   std::vector<int32_t> ids;
   for (absl::string_view piece : absl::StrSplit(prompt, ' ', absl::SkipEmpty())) {
     int32_t id;
@@ -133,9 +139,6 @@ absl::Status Generate(Group& group, const std::string& prompt, int64_t gen) {
 absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3::model::RankPlan plan, int rank,
                      int64_t max_seqs, int64_t cache_tokens, const std::string& serve, const std::string& prompt,
                      int64_t gen) {
-  if (!serve.empty()) {
-    return absl::UnimplementedError("--serve with --backend cuda: the leader service runs an engine::Engine group only");
-  }
   int n_dev = 0;
   if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) return absl::FailedPreconditionError("no CUDA device");
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -162,8 +165,13 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3:
                 engine->weight_bytes() / 1e9);
     std::fflush(stdout);
   }
-  k3::engine_cuda::CudaWorkerGroup group(*engine, comm);
+  k3::engine_cuda::CudaRankEngine rank_engine(*engine);
+  k3::runtime::WorkerGroup group(rank_engine, comm);
   if (rank != 0) return group.FollowerLoop();
+  if (!serve.empty()) {
+    return Serve(serve, group, rank_engine, engine->config(),
+                 {"", plan.ranks, max_seqs, engine->page_size(), engine->cache_capacity_tokens()});
+  }
   return Generate(group, prompt, gen);
 }
 #endif
@@ -220,9 +228,14 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
     std::printf("%s\n%s", engine->config().Summary().c_str(), plan.c_str());
     std::fflush(stdout);
   }
-  k3::runtime::WorkerGroup group(*engine, *comm);
+  k3::runtime::CpuRankEngine rank_engine(*engine);
+  k3::runtime::WorkerGroup group(rank_engine, *comm);
   if (rank != 0) return group.FollowerLoop();
-  if (!serve.empty()) return Serve(serve, group, *engine, opt, plan);
+  if (!serve.empty()) {
+    const auto& shape = engine->cache().shape();
+    return Serve(serve, group, rank_engine, engine->config(),
+                 {plan, opt.plan.ranks, shape.max_seqs, shape.page_size, shape.n_pages * shape.page_size});
+  }
 
   return Generate(group, prompt, gen);
 }
