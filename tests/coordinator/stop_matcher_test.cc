@@ -6,7 +6,7 @@ namespace k3::coord {
 namespace {
 
 // Feeds pieces and returns (everything emitted, stopped).
-std::pair<std::string, bool> Run(std::vector<std::string> stops, std::vector<std::string> pieces) {
+std::pair<std::string, bool> Feed(std::vector<std::string> stops, std::vector<std::string> pieces) {
   StopMatcher m(std::move(stops));
   std::string out;
   for (const std::string& p : pieces) {
@@ -23,11 +23,11 @@ TEST(StopMatcher, NoStopsPassesEverythingAtOnce) {
 }
 
 TEST(StopMatcher, StopInsideOnePiece) {
-  EXPECT_EQ(Run({"END"}, {"hello END world"}), std::make_pair(std::string("hello "), true));
+  EXPECT_EQ(Feed({"END"}, {"hello END world"}), std::make_pair(std::string("hello "), true));
 }
 
 TEST(StopMatcher, StopAcrossPieces) {
-  EXPECT_EQ(Run({"<|stop|>"}, {"ab<", "|st", "op|>cd"}), std::make_pair(std::string("ab"), true));
+  EXPECT_EQ(Feed({"<|stop|>"}, {"ab<", "|st", "op|>cd"}), std::make_pair(std::string("ab"), true));
 }
 
 TEST(StopMatcher, HoldsBackOnlyAPossiblePrefix) {
@@ -40,11 +40,11 @@ TEST(StopMatcher, HoldsBackOnlyAPossiblePrefix) {
 }
 
 TEST(StopMatcher, EarliestOfSeveralStops) {
-  EXPECT_EQ(Run({"bb", "a"}, {"xxbba"}), std::make_pair(std::string("xx"), true));
+  EXPECT_EQ(Feed({"bb", "a"}, {"xxbba"}), std::make_pair(std::string("xx"), true));
 }
 
 TEST(StopMatcher, FlushReturnsHeldText) {
-  EXPECT_EQ(Run({"stop"}, {"go st"}), std::make_pair(std::string("go st"), false));
+  EXPECT_EQ(Feed({"stop"}, {"go st"}), std::make_pair(std::string("go st"), false));
 }
 
 }  // namespace
