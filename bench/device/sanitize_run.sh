@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Every GPU kernel test and the GPU engine's tests under compute-sanitizer (memcheck, then
+# racecheck for the kernels), on the GPU machine. Binaries built here (build/cuda) and carried in
+# .k3san by the pack step below. Writes $OUT/sanitize.log.
+#   here:   bash bench/device/sanitize_run.sh pack
+#   there:  bash bench/device/sanitize_run.sh        (carry .k3san)
+set -uo pipefail
+if [ "${1:-}" = pack ]; then
+  grep -qx '/.k3san/' .git/info/exclude || echo '/.k3san/' >> .git/info/exclude
+  rm -rf .k3san && mkdir -p .k3san/bin .k3san/lib
+  for b in kernels_cuda_test engine_cuda_test; do strip -o .k3san/bin/$b build/cuda/bin/$b; done
+  for b in .k3san/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u | grep -E 'absl|spdlog|fmt|gtest' |
+    while read -r l; do cp -L "$l" .k3san/lib/; done
+  xz -T1 -6 -f .k3san/bin/*
+  du -sh .k3san
+  exit 0
+fi
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/sanitize.log") 2>&1
+B=/tmp/k3san
+mkdir -p $B
+for f in .k3san/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
+export LD_LIBRARY_PATH=$PWD/.k3san/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+for lib in $(ldd $B/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
+  d=$(find /usr /opt -name "$lib" 2>/dev/null | head -1); [ -n "$d" ] && export LD_LIBRARY_PATH=$(dirname "$d"):$LD_LIBRARY_PATH
+done
+rc=0
+for t in kernels_cuda_test engine_cuda_test; do
+  echo "=== memcheck $t"
+  timeout 260 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 $B/$t 2>&1 | tail -6
+  r=${PIPESTATUS[0]}; echo "memcheck $t exit $r"; [ "$r" = 0 ] || rc=1
+done
+echo "=== racecheck kernels_cuda_test"
+timeout 200 compute-sanitizer --tool racecheck --error-exitcode 3 $B/kernels_cuda_test 2>&1 | tail -6
+r=${PIPESTATUS[0]}; echo "racecheck kernels_cuda_test exit $r"; [ "$r" = 0 ] || rc=1
+echo "=== sanitize done, rc $rc"
