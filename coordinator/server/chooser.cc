@@ -36,10 +36,14 @@ class SamplerChooser final : public TokenChooser {
     return c;
   }
   int32_t top_n() const override {
-    const int32_t n = sampler_.RequiredTopN();
-    return n == sampling::kNeedsFullLogits ? std::max(1, sampler_.params().n_logprobs) : std::max(1, n);
+    return needs_full_logits() ? std::max(1, sampler_.params().n_logprobs) : std::max(1, sampler_.RequiredTopN());
   }
-  bool needs_full_logits() const override { return sampler_.RequiredTopN() == sampling::kNeedsFullLogits; }
+  // Full logits also when the candidates would not fit a step (the worker refuses top_n past
+  // kMaxWorkerTopN) or would cover the whole vocabulary (top-N input then cannot be complete).
+  bool needs_full_logits() const override {
+    const int32_t n = sampler_.RequiredTopN();
+    return n == sampling::kNeedsFullLogits || n > kMaxWorkerTopN || (vocab_ > 0 && n >= vocab_);
+  }
   uint64_t seed() const override { return sampler_.params().seed; }
 
  private:

@@ -10,6 +10,11 @@
 
 namespace k3::coord {
 
+// The most candidates one step entry may ask a worker for (k3::runtime::kMaxTopN in
+// worker/runtime/step.h; tests/coordinator checks that the two agree). A chooser that needs more,
+// or at least the whole vocabulary, asks for full logits instead.
+inline constexpr int32_t kMaxWorkerTopN = 1024;
+
 // InvalidArgument for parameters out of range, with a message naming the parameter. The prompt
 // enters the sampler's penalty window. Without a seed in `params`, a random one is drawn (and
 // reported back to the client at the end).
