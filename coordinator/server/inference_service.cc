@@ -85,10 +85,15 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const k3::v1::
   if (limits_.max_tokens) max_tokens = std::min<int64_t>(max_tokens, limits_.max_tokens);
   r->max_tokens = static_cast<uint32_t>(std::min(max_tokens, room));
   r->stop.assign(req->stop().begin(), req->stop().end());
+  // Every stop string is scanned on every token: bound how many and how long.
+  if (r->stop.size() > limits_.max_stop_strings) {
+    ++metrics_.requests_failed;
+    return Invalid(absl::StrCat(r->stop.size(), " stop strings; at most ", limits_.max_stop_strings));
+  }
   for (const std::string& s : r->stop) {
-    if (s.empty()) {
+    if (s.empty() || s.size() > limits_.max_stop_bytes) {
       ++metrics_.requests_failed;
-      return Invalid("stop strings must not be empty");
+      return Invalid(absl::StrCat("stop strings must be 1 to ", limits_.max_stop_bytes, " bytes long"));
     }
   }
   r->stop_ids.assign(req->stop_token_ids().begin(), req->stop_token_ids().end());

@@ -19,6 +19,8 @@ struct ServiceLimits {
   uint32_t max_tokens = 0;           // cap on max_tokens; 0 = the context length
   size_t max_request_bytes = 4 << 20;
   int32_t max_logprobs = 20;
+  size_t max_stop_strings = 16;
+  size_t max_stop_bytes = 256;
 };
 
 class InferenceService final : public k3::v1::Inference::Service {

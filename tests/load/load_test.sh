@@ -59,7 +59,7 @@ now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 # 4 sequence slots and a cache smaller than 4 x (longest prompt + longest answer), so admission
 # waits both for slots and for cache room.
 mpirun --oversubscribe --allow-run-as-root -np 2 -x OMP_NUM_THREADS "$bin/k3-worker" --model "$model" \
-  --serve "127.0.0.1:$wport" --max-seqs 4 --cache-tokens 1536 --timeout-ms 20000 > "$work/worker.log" 2>&1 &
+  --serve "127.0.0.1:$wport" --max-seqs 4 --cache-tokens 512 --timeout-ms 20000 > "$work/worker.log" 2>&1 &
 pids+=($!)
 wait_for "$work/worker.log" "LEADER READY" 60 || fail "worker group did not start"
 "$bin/k3-coordinator" --model "$model" --workers "127.0.0.1:$wport" --listen "127.0.0.1:$cport" \
