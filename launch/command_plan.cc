@@ -43,6 +43,9 @@ std::vector<std::string> WorkerArgs(const LaunchConfig& c, const WorkerGroupSpec
                                 "--max-seqs", absl::StrCat(g.max_seqs),
                                 "--cache-tokens", absl::StrCat(g.cache_tokens),
                                 "--timeout-ms", absl::StrCat(g.timeout_ms)};
+  if (!g.auth_token_file.empty()) v.insert(v.end(), {"--auth-token-file", g.auth_token_file});
+  if (!g.tls_cert.empty()) v.insert(v.end(), {"--tls-cert", g.tls_cert, "--tls-key", g.tls_key});
+  if (g.coordinator_timeout_s > 0) v.insert(v.end(), {"--coordinator-timeout", absl::StrCat(g.coordinator_timeout_s)});
   v.insert(v.end(), g.worker_args.begin(), g.worker_args.end());
   return v;
 }
@@ -131,6 +134,17 @@ absl::StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchConfig& c, const PlanOpti
                                    absl::StrCat(co.prefill_chunk), "--max-queue", absl::StrCat(co.max_queue)});
   if (co.max_tokens_limit > 0) cmd.argv.insert(cmd.argv.end(), {"--max-tokens-limit", absl::StrCat(co.max_tokens_limit)});
   if (co.max_prompt_tokens > 0) cmd.argv.insert(cmd.argv.end(), {"--max-prompt-tokens", absl::StrCat(co.max_prompt_tokens)});
+  if (co.max_concurrent_per_client > 0) {
+    cmd.argv.insert(cmd.argv.end(), {"--max-concurrent-per-client", absl::StrCat(co.max_concurrent_per_client)});
+  }
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string*>{"--auth-token-file", &co.auth_token_file},
+                                    {"--tls-cert", &co.tls_cert}, {"--tls-key", &co.tls_key},
+                                    {"--worker-token-file", &co.worker_token_file},
+                                    {"--worker-tls-ca", &co.worker_tls_ca}}) {
+    if (!value->empty()) cmd.argv.insert(cmd.argv.end(), {flag, *value});
+  }
+  plan.client_token_file = co.auth_token_file;
+  plan.client_tls_ca = co.tls_cert.empty() ? "" : co.tls_ca;
   cmd.env = co.env;
   cmd.env.emplace_back("SPDLOG_LEVEL", c.logging.level);
   cmd.log = (logs / "coordinator.log").string();
@@ -145,6 +159,7 @@ Command HealthCommand(const LaunchPlan& plan, const std::string& bin_dir) {
   Command c;
   c.name = "health";
   c.argv = {(std::filesystem::path(bin_dir) / "k3").string(), "health", "--server", plan.coordinator_dial, "--timeout-s", "5"};
+  if (!plan.client_tls_ca.empty()) c.argv.insert(c.argv.end(), {"--tls-ca", plan.client_tls_ca});
   c.log = (std::filesystem::path(plan.log_dir) / "smoke-health.log").string();
   return c;
 }
@@ -154,6 +169,8 @@ Command GenerateCommand(const LaunchPlan& plan, const std::string& bin_dir, cons
   c.name = "smoke";
   c.argv = {(std::filesystem::path(bin_dir) / "k3").string(), "generate", "--server", plan.coordinator_dial,
             "--ids", ids, "--max-tokens", absl::StrCat(max_tokens), "--ignore-eos", "--timeout-s", "120"};
+  if (!plan.client_tls_ca.empty()) c.argv.insert(c.argv.end(), {"--tls-ca", plan.client_tls_ca});
+  if (!plan.client_token_file.empty()) c.argv.insert(c.argv.end(), {"--token-file", plan.client_token_file});
   c.log = (std::filesystem::path(plan.log_dir) / "smoke.log").string();
   return c;
 }

@@ -40,6 +40,8 @@ struct LaunchPlan {
   std::vector<GroupLaunch> groups;
   Command coordinator;
   std::string coordinator_dial;  // where clients reach the coordinator
+  std::string client_token_file;  // what the smoke test's client sends (coordinator.auth_token_file)
+  std::string client_tls_ca;      // what it trusts (coordinator.tls_ca); empty: plaintext
 };
 
 struct PlanOptions {

@@ -14,6 +14,10 @@
 namespace k3::launch {
 namespace {
 
+// Ranks of one launch (all groups): the largest tensor-parallel size the parser takes. The
+// checks and the app files go rank by rank, so a few lines of YAML must not ask for millions.
+constexpr int64_t kMaxRanks = 65536;
+
 bool HasSpace(std::string_view s) {
   return std::any_of(s.begin(), s.end(), [](char ch) { return ch == ' ' || ch == '\t' || ch == '\n' || ch == '\r'; });
 }
@@ -44,6 +48,14 @@ class Checker {
     if (HasSpace(c_.logging.dir)) {
       diag_.Error(c_.logging.where.At("dir"), "logging.dir", "must not contain whitespace (mpirun app files split at it)");
     }
+    int64_t total = 0;
+    for (const WorkerGroupSpec& g : c_.groups) total += static_cast<int64_t>(g.hosts.size()) * g.ranks_per_host;
+    if (total > kMaxRanks) {  // checked first: the checks below go rank by rank
+      diag_.Error(c_.where.At("worker_groups"), "worker_groups",
+                  absl::StrCat(c_.groups.size(), " group(s) with ", total, " ranks in all (hosts x ranks_per_host); at most ",
+                               kMaxRanks));
+      return diag_.ToStatus();
+    }
     std::map<std::string, size_t> names;
     for (size_t i = 0; i < c_.groups.size(); ++i) {
       const WorkerGroupSpec& g = c_.groups[i];
@@ -66,12 +78,13 @@ class Checker {
     if (!ValidName(g.name, false)) {
       diag_.Error(g.where.At("name"), key("name"), "wants letters, digits, '-', '_' or '.' (it names log files)");
     }
+    std::map<std::string, size_t> first_of;  // host -> its first index
     for (size_t h = 0; h < g.hosts.size(); ++h) {
-      for (size_t k = 0; k < h; ++k) {
-        if (g.hosts[k] == g.hosts[h]) {
-          diag_.Error(g.where.At(absl::StrCat("hosts[", h, "]")), absl::StrCat(key("hosts"), "[", h, "]"),
-                      absl::StrCat("host ", g.hosts[h], " is listed twice: give ranks_per_host instead"));
-        }
+      // Once per repeated entry (comparing every pair made errors quadratic in the list).
+      if (auto [it, fresh] = first_of.emplace(g.hosts[h], h); !fresh) {
+        diag_.Error(g.where.At(absl::StrCat("hosts[", h, "]")), absl::StrCat(key("hosts"), "[", h, "]"),
+                    absl::StrCat("host ", g.hosts[h], " is listed twice (also hosts[", it->second,
+                                 "]): give ranks_per_host instead"));
       }
       if (g.host_slots[h] > 0 && g.host_slots[h] < g.ranks_per_host) {
         diag_.Error(g.where.At("ranks_per_host"), key("ranks_per_host"),
@@ -120,11 +133,33 @@ class Checker {
       if (auto hp = ParseHostPort(v); !hp.ok()) diag_.Error(g.where.At(k), key(k), std::string(hp.status().message()));
     }
     Env(g.env, g.where, key("env"));
+    for (const auto& [k, v] : {std::pair<const char*, const std::string*>{"auth_token_file", &g.auth_token_file},
+                               {"tls_cert", &g.tls_cert}, {"tls_key", &g.tls_key}}) {
+      if (HasSpace(*v)) diag_.Error(g.where.At(k), key(k), "must not contain whitespace (mpirun app files split at it)");
+    }
+    if (g.tls_cert.empty() != g.tls_key.empty()) {
+      diag_.Error(g.where.At(g.tls_cert.empty() ? "tls_key" : "tls_cert"), key("tls_cert"), "TLS wants both tls_cert and tls_key");
+    }
+    // The coordinator must be able to talk to the leader it starts.
+    const CoordinatorSpec& co = c_.coordinator;
+    if (!g.auth_token_file.empty() && co.worker_token_file.empty()) {
+      diag_.Error(g.where.At("auth_token_file"), key("auth_token_file"),
+                  "the leader wants a token but coordinator.worker_token_file is not set: the coordinator would be refused");
+    }
+    if (!g.tls_cert.empty() && co.worker_tls_ca.empty()) {
+      diag_.Error(g.where.At("tls_cert"), key("tls_cert"),
+                  "the leader serves TLS but coordinator.worker_tls_ca is not set: the coordinator would dial plaintext");
+    }
+    if (g.tls_cert.empty() && !co.worker_tls_ca.empty()) {
+      diag_.Error(co.where.At("worker_tls_ca"), "coordinator.worker_tls_ca",
+                  absl::StrCat("the coordinator dials every leader with TLS, but group ", g.name, " has no tls_cert"));
+    }
     for (size_t j = 0; j < g.worker_args.size(); ++j) {
       const std::string& a = g.worker_args[j];
       const std::string k = absl::StrCat("worker_args[", j, "]");
       if (HasSpace(a)) diag_.Error(g.where.At(k), key(k), "must not contain whitespace (mpirun app files split at it)");
-      for (const char* own : {"--model", "--serve", "--expert-groups", "--max-seqs", "--cache-tokens", "--timeout-ms"}) {
+      for (const char* own : {"--model", "--serve", "--expert-groups", "--max-seqs", "--cache-tokens", "--timeout-ms",
+                              "--auth-token-file", "--tls-cert", "--tls-key", "--coordinator-timeout"}) {
         if (a == own || absl::StartsWith(a, absl::StrCat(own, "="))) {
           diag_.Error(g.where.At(k), key(k), absl::StrCat(own, " is set by the launcher from the group's keys"));
         }
@@ -193,6 +228,13 @@ class Checker {
     const CoordinatorSpec& co = c_.coordinator;
     if (auto hp = ParseHostPort(co.listen); !hp.ok()) {
       diag_.Error(co.where.At("listen"), "coordinator.listen", std::string(hp.status().message()));
+    }
+    if (co.tls_cert.empty() != co.tls_key.empty()) {
+      diag_.Error(co.where.At(co.tls_cert.empty() ? "tls_key" : "tls_cert"), "coordinator.tls_cert",
+                  "TLS wants both tls_cert and tls_key");
+    }
+    if (co.tls_cert.empty() && co.where.keys.contains("tls_ca")) {
+      diag_.Error(co.where.At("tls_ca"), "coordinator.tls_ca", "is for a coordinator with tls_cert");
     }
     Env(co.env, co.where, "coordinator.env");
   }

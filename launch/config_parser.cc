@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
+#include <map>
 #include <sstream>
 
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "absl/strings/str_cat.h"
@@ -12,6 +13,7 @@
 #include "launch/diagnostics.h"
 #include "launch/hostfile.h"
 #include "launch/yaml_map_reader.h"
+#include "worker/common/small_file.h"
 #include "worker/gguf/shard_name.h"
 #include "worker/model/quant_mix.h"
 #include "worker/synth/presets.h"
@@ -22,6 +24,8 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr int64_t kMaxInt = int64_t{1} << 40;
+constexpr int64_t kMaxHosts = 65536;  // as many as a launch may have ranks (config_check.cc)
+constexpr uint64_t kMaxNodes = uint64_t{1} << 18;  // YAML nodes, aliases expanded (a real config has ~100)
 
 std::string Resolve(const std::string& base_dir, const std::string& p) {
   fs::path path(p);
@@ -34,6 +38,55 @@ bool KnownPolicy(const std::string& value, const std::vector<std::string>& names
   const std::string head = value.substr(0, value.find(':'));
   return std::find(names.begin(), names.end(), head) != names.end();
 }
+
+// The number of nodes a YAML document stands for once its aliases are expanded: each *alias
+// counts the whole node its &anchor names. Ten lines of nested aliases can stand for billions of
+// nodes ("billion laughs"), and the parser below walks the expanded tree.
+class ExpansionCounter : public YAML::EventHandler {
+ public:
+  uint64_t total() const { return total_; }
+
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t anchor) override { Leaf(anchor); }
+  void OnAlias(const YAML::Mark&, YAML::anchor_t anchor) override {
+    auto it = size_.find(anchor);
+    Add(it == size_.end() ? 1 : it->second);
+  }
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, const std::string&) override {
+    Leaf(anchor);
+  }
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    Open(anchor);
+  }
+  void OnSequenceEnd() override { Close(); }
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t anchor, YAML::EmitterStyle::value) override {
+    Open(anchor);
+  }
+  void OnMapEnd() override { Close(); }
+
+ private:
+  static constexpr uint64_t kSaturated = uint64_t{1} << 62;  // sizes grow exponentially: saturate
+  void Add(uint64_t n) { total_ = std::min(kSaturated, total_ + std::min(n, kSaturated)); }
+  void Leaf(YAML::anchor_t anchor) {
+    Add(1);
+    if (anchor != YAML::NullAnchor) size_[anchor] = 1;
+  }
+  void Open(YAML::anchor_t anchor) {
+    open_.emplace_back(anchor, total_);
+    Add(1);
+  }
+  void Close() {
+    if (open_.empty()) return;
+    const auto [anchor, start] = open_.back();
+    open_.pop_back();
+    if (anchor != YAML::NullAnchor) size_[anchor] = total_ - start;
+  }
+
+  uint64_t total_ = 0;
+  std::map<YAML::anchor_t, uint64_t> size_;
+  std::vector<std::pair<YAML::anchor_t, uint64_t>> open_;  // open collections: anchor, total at start
+};
 
 class Parser {
  public:
@@ -94,7 +147,7 @@ class Parser {
       diag_.Error(at, "worker_groups", "wants a non-empty list of worker groups");
       return;
     }
-    for (size_t i = 0; i < node.size(); ++i) {
+    for (size_t i = 0; i < node.size() && hosts_seen_ <= kMaxHosts; ++i) {
       groups.emplace_back();
       Group(node[i], absl::StrCat("worker_groups[", i, "]"), groups.back());
     }
@@ -104,7 +157,8 @@ class Parser {
     MapReader r(node, name, diag_,
                 {"name", "backend", "hosts", "hostfile", "ranks_per_host", "gpus_per_host", "gpus", "numa_nodes",
                  "bind_to", "map_by", "tensor_parallel", "expert_groups", "listen", "address", "max_seqs",
-                 "cache_tokens", "timeout_ms", "gpu_memory_gib", "env", "mpirun_args", "worker_args"},
+                 "cache_tokens", "timeout_ms", "gpu_memory_gib", "env", "mpirun_args", "worker_args",
+                 "auth_token_file", "tls_cert", "tls_key", "coordinator_timeout_s"},
                 &g.where);
     if (!r.valid()) return;
     r.Require("name");
@@ -112,7 +166,12 @@ class Parser {
     r.Require("listen");
     if (auto v = r.Str("name")) g.name = *v;
     if (auto v = r.OneOf("backend", {"cpu", "cuda"})) g.backend = *v == "cuda" ? Backend::kCuda : Backend::kCpu;
-    if (r.Has("hosts") == r.Has("hostfile")) {
+    // Bound the hosts over all groups (lists and hostfiles) before copying them: the checks and
+    // the app files go rank by rank, and aliases or a shared hostfile repeat hosts cheaply.
+    if (const YAML::Node h = r.Get("hosts"); h.IsSequence()) hosts_seen_ += static_cast<int64_t>(h.size());
+    if (hosts_seen_ > kMaxHosts) {
+      diag_.Error(r.At("hosts"), r.Name("hosts"), absl::StrCat("more than ", kMaxHosts, " hosts over all worker groups"));
+    } else if (r.Has("hosts") == r.Has("hostfile")) {
       diag_.Error(g.where.self, name, "give exactly one of hosts, hostfile");
     } else if (auto hosts = r.StrList("hosts")) {
       if (hosts->empty()) diag_.Error(r.At("hosts"), r.Name("hosts"), "is empty");
@@ -121,7 +180,11 @@ class Parser {
       g.host_lines.assign(hosts->size(), 0);
     } else if (auto file = r.Str("hostfile")) {
       g.hostfile = Resolve(base_, *file);
-      auto entries = ReadHostfile(g.hostfile);
+      // Read once per file, however many groups (or aliases of one group) name it.
+      auto cached = hostfiles_.find(g.hostfile);
+      if (cached == hostfiles_.end()) cached = hostfiles_.emplace(g.hostfile, ReadHostfile(g.hostfile)).first;
+      const absl::StatusOr<std::vector<HostEntry>>& entries = cached->second;
+      if (entries.ok()) hosts_seen_ += static_cast<int64_t>(entries->size());
       if (!entries.ok()) {
         diag_.Error(r.At("hostfile"), r.Name("hostfile"), std::string(entries.status().message()));
       } else {
@@ -164,12 +227,17 @@ class Parser {
     if (auto v = r.Env("env")) g.env = *v;
     if (auto v = r.StrList("mpirun_args")) g.mpirun_args = *v;
     if (auto v = r.StrList("worker_args")) g.worker_args = *v;
+    if (auto v = r.Str("auth_token_file")) g.auth_token_file = Resolve(base_, *v);
+    if (auto v = r.Str("tls_cert")) g.tls_cert = Resolve(base_, *v);
+    if (auto v = r.Str("tls_key")) g.tls_key = Resolve(base_, *v);
+    if (auto v = r.Int("coordinator_timeout_s", 0, kMaxInt)) g.coordinator_timeout_s = *v;
   }
 
   void Coordinator(const YAML::Node& node, CoordinatorSpec& c) {
     MapReader r(node, "coordinator", diag_,
                 {"listen", "metrics_port", "token_budget", "prefill_chunk", "max_queue", "max_tokens_limit",
-                 "max_prompt_tokens", "env"},
+                 "max_prompt_tokens", "max_concurrent_per_client", "auth_token_file", "tls_cert", "tls_key", "tls_ca",
+                 "worker_token_file", "worker_tls_ca", "env"},
                 &c.where);
     if (!r.valid()) return;
     if (auto v = r.Str("listen")) c.listen = *v;
@@ -179,6 +247,14 @@ class Parser {
     if (auto v = r.Int("max_queue", 1, kMaxInt)) c.max_queue = *v;
     if (auto v = r.Int("max_tokens_limit", 0, 1ll << 32)) c.max_tokens_limit = *v;
     if (auto v = r.Int("max_prompt_tokens", 0, 1ll << 32)) c.max_prompt_tokens = *v;
+    if (auto v = r.Int("max_concurrent_per_client", 0, kMaxInt)) c.max_concurrent_per_client = *v;
+    for (auto [key, field] : {std::pair{"auth_token_file", &c.auth_token_file}, std::pair{"tls_cert", &c.tls_cert},
+                              std::pair{"tls_key", &c.tls_key}, std::pair{"tls_ca", &c.tls_ca},
+                              std::pair{"worker_token_file", &c.worker_token_file},
+                              std::pair{"worker_tls_ca", &c.worker_tls_ca}}) {
+      if (auto v = r.Str(key)) *field = Resolve(base_, *v);
+    }
+    if (c.tls_ca.empty()) c.tls_ca = c.tls_cert;
     if (auto v = r.Env("env")) c.env = *v;
   }
 
@@ -215,6 +291,8 @@ class Parser {
 
   Diagnostics& diag_;
   std::string base_;
+  int64_t hosts_seen_ = 0;  // hosts of the groups read so far
+  std::map<std::string, absl::StatusOr<std::vector<HostEntry>>> hostfiles_;
 };
 
 }  // namespace
@@ -224,6 +302,15 @@ absl::StatusOr<LaunchConfig> ParseLaunchConfig(std::string_view text, const std:
   Diagnostics diag(file);
   YAML::Node root;
   try {
+    std::istringstream in{std::string(text)};
+    YAML::Parser events(in);
+    ExpansionCounter nodes;
+    events.HandleNextDocument(nodes);
+    if (nodes.total() > kMaxNodes) {
+      diag.Error({1, 1}, "", absl::StrCat("the config stands for more than ", kMaxNodes,
+                                          " YAML nodes once its aliases (*name) are expanded"));
+      return diag.ToStatus();
+    }
     root = YAML::Load(std::string(text));
   } catch (const YAML::Exception& e) {
     const Loc at = e.mark.is_null() ? Loc{1, 1} : Loc{e.mark.line + 1, e.mark.column + 1};
@@ -242,12 +329,10 @@ absl::StatusOr<LaunchConfig> ParseLaunchConfig(std::string_view text, const std:
 }
 
 absl::StatusOr<LaunchConfig> ReadLaunchConfig(const std::string& path, const std::vector<Override>& overrides) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read the launch config ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
+  auto text = ReadSmallFile(path, 4 << 20, "the launch config");
+  if (!text.ok()) return text.status();
   const std::string base = fs::absolute(fs::path(path)).parent_path().lexically_normal().string();
-  return ParseLaunchConfig(ss.str(), path, base, overrides);
+  return ParseLaunchConfig(*text, path, base, overrides);
 }
 
 }  // namespace k3::launch

@@ -1,5 +1,6 @@
 // Errors found while reading or checking a launch config, each naming its place in the file.
-// All of them are reported at once, so one run shows everything there is to fix.
+// All of them are reported at once, so one run shows everything there is to fix; past
+// kMaxErrors only their number is kept (a config can make errors quadratic in its size).
 #pragma once
 
 #include <string>
@@ -13,6 +14,8 @@ namespace k3::launch {
 
 class Diagnostics {
  public:
+  static constexpr size_t kMaxErrors = 50;
+
   explicit Diagnostics(std::string file) : file_(std::move(file)) {}
 
   // `key` is the dotted path of the value at fault ("worker_groups[0].gpus[1]").
@@ -25,6 +28,7 @@ class Diagnostics {
  private:
   std::string file_;
   std::vector<std::string> errors_;
+  size_t dropped_ = 0;  // errors past kMaxErrors
 };
 
 }  // namespace k3::launch

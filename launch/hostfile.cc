@@ -1,12 +1,10 @@
 #include "launch/hostfile.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "worker/common/small_file.h"
 
 namespace k3::launch {
 
@@ -44,11 +42,10 @@ absl::StatusOr<std::vector<HostEntry>> ParseHostfile(std::string_view text, cons
 }
 
 absl::StatusOr<std::vector<HostEntry>> ReadHostfile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot read hostfile ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ParseHostfile(ss.str(), path);
+  // A regular file of at most 1 MiB: `hostfile: /dev/zero` must be an error, not a hang.
+  auto text = ReadSmallFile(path, 1 << 20, "hostfile");
+  if (!text.ok()) return text.status();
+  return ParseHostfile(*text, path);
 }
 
 }  // namespace k3::launch

@@ -72,6 +72,10 @@ struct WorkerGroupSpec {
   EnvList env;
   std::vector<std::string> mpirun_args;
   std::vector<std::string> worker_args;
+  // The leader's access control (absolute paths; empty: off): k3-worker --auth-token-file,
+  // --tls-cert/--tls-key, --coordinator-timeout (seconds; 0: wait for a coordinator forever).
+  std::string auth_token_file, tls_cert, tls_key;
+  int64_t coordinator_timeout_s = 0;
   KeyLocs where;
 
   int ranks() const { return static_cast<int>(hosts.size()) * ranks_per_host; }
@@ -86,6 +90,11 @@ struct CoordinatorSpec {
   int64_t max_queue = 256;
   int64_t max_tokens_limit = 0;
   int64_t max_prompt_tokens = 0;
+  int64_t max_concurrent_per_client = 0;  // 0: no limit
+  // Access control (absolute paths; empty: off): the clients' token and TLS, the CA clients (and
+  // the launcher's smoke test) trust (default tls_cert, right for a self-signed one), and what
+  // the leaders want (their token, the CA of their certificates).
+  std::string auth_token_file, tls_cert, tls_key, tls_ca, worker_token_file, worker_tls_ca;
   EnvList env;
   KeyLocs where;
 };

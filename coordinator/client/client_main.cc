@@ -5,11 +5,14 @@
 //   k3 chat --message "Hello"  [--system "You are terse."]
 //   k3 tokenize --text "..." | k3 detokenize --ids "..." | k3 info | k3 health | k3 stats
 //   k3 load --requests 32 --concurrency 8 --ids "1 2 3" --max-tokens 32
-// Common: --server 127.0.0.1:50051, --timeout-s 600.
+// Common: --server 127.0.0.1:50051, --timeout-s 600,
+//   --token-file PATH (or env K3_TOKEN_FILE): sends 'authorization: Bearer <first line of PATH>'
+//   --tls-ca PATH: TLS to the server, trusting the PEM CA certificate(s) in PATH
 #include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -19,7 +22,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "k3/v1/inference.grpc.pb.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "worker/common/cli_args.h"
+#include "worker/common/grpc_security.h"
 #include "worker/common/status_macros.h"
 
 namespace {
@@ -105,9 +111,11 @@ struct GenerateOutcome {
 };
 
 absl::StatusOr<GenerateOutcome> RunGenerate(k3::v1::Inference::Stub& stub, const k3::v1::GenerateRequest& req,
-                                            double timeout_s, bool print, bool print_ids = false) {
+                                            const std::string& token, double timeout_s, bool print,
+                                            bool print_ids = false) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000)));
+  k3::security::AddBearer(ctx, token);
   GenerateOutcome out;
   const auto t0 = Clock::now();
   auto reader = stub.Generate(&ctx, req);
@@ -150,8 +158,8 @@ double Percentile(std::vector<double> v, double p) {
   return v[i];
 }
 
-absl::Status Load(k3::v1::Inference::Stub& stub, const k3::v1::GenerateRequest& req, int64_t n, int64_t conc,
-                  double timeout_s) {
+absl::Status Load(k3::v1::Inference::Stub& stub, const k3::v1::GenerateRequest& req, const std::string& token,
+                  int64_t n, int64_t conc, double timeout_s) {
   std::atomic<int64_t> next{0}, failed{0}, tokens{0};
   std::mutex mu;
   std::vector<double> latency, ttft;
@@ -161,7 +169,7 @@ absl::Status Load(k3::v1::Inference::Stub& stub, const k3::v1::GenerateRequest& 
   for (int64_t c = 0; c < conc; ++c) {
     threads.emplace_back([&] {
       while (next.fetch_add(1) < n) {
-        auto r = RunGenerate(stub, req, timeout_s, false);
+        auto r = RunGenerate(stub, req, token, timeout_s, false);
         std::lock_guard<std::mutex> l(mu);
         if (!r.ok()) {
           ++failed;
@@ -190,23 +198,33 @@ absl::Status Load(k3::v1::Inference::Stub& stub, const k3::v1::GenerateRequest& 
 absl::Status Run(const std::string& cmd, k3::CliArgs& args) {
   const std::string server = args.Str("server", "127.0.0.1:50051");
   K3_ASSIGN_OR_RETURN(double timeout_s, args.Double("timeout-s", 600));
-  auto channel = grpc::CreateChannel(server, grpc::InsecureChannelCredentials());
+  std::string token_file = args.Str("token-file");
+  if (token_file.empty()) {
+    if (const char* env = std::getenv("K3_TOKEN_FILE")) token_file = env;
+  }
+  std::string token;
+  if (!token_file.empty()) {
+    K3_ASSIGN_OR_RETURN(token, k3::security::ReadTokenFile(token_file));
+  }
+  K3_ASSIGN_OR_RETURN(auto creds, k3::security::ChannelCredentials(args.Str("tls-ca")));
+  auto channel = grpc::CreateChannel(server, creds);
   auto stub = k3::v1::Inference::NewStub(channel);
   if (cmd == "generate" || cmd == "chat") {
     K3_ASSIGN_OR_RETURN(auto req, BuildRequest(args, cmd));
     const bool print_ids = args.Has("print-ids");  // token ids instead of text
     K3_RETURN_IF_ERROR(args.Finish());
-    return RunGenerate(*stub, req, timeout_s, true, print_ids).status();
+    return RunGenerate(*stub, req, token, timeout_s, true, print_ids).status();
   }
   if (cmd == "load") {
     K3_ASSIGN_OR_RETURN(auto req, BuildRequest(args, "generate"));
     K3_ASSIGN_OR_RETURN(int64_t n, args.Int("requests", 16));
     K3_ASSIGN_OR_RETURN(int64_t conc, args.Int("concurrency", 4));
     K3_RETURN_IF_ERROR(args.Finish());
-    return Load(*stub, req, n, std::max<int64_t>(1, conc), timeout_s);
+    return Load(*stub, req, token, n, std::max<int64_t>(1, conc), timeout_s);
   }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  k3::security::AddBearer(ctx, token);
   if (cmd == "tokenize") {
     k3::v1::TokenizeRequest req;
     req.set_text(args.Str("text"));
@@ -258,9 +276,12 @@ absl::Status Run(const std::string& cmd, k3::CliArgs& args) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: k3 generate|chat|tokenize|detokenize|info|health|stats|load [--server ADDR] ...\n");
+    std::fprintf(stderr, "usage: k3 generate|chat|tokenize|detokenize|info|health|stats|load [--server ADDR] "
+                         "[--token-file PATH] [--tls-ca PATH] ...\n");
     return 2;
   }
+  // Warnings (a token file others can read) go to stderr: stdout carries the generated output.
+  spdlog::set_default_logger(spdlog::stderr_color_st("k3"));
   const std::string cmd = argv[1];
   k3::CliArgs args(argc - 1, argv + 1);
   absl::Status s = Run(cmd, args);

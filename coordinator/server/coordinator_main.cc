@@ -4,6 +4,10 @@
 //
 //   k3-coordinator --model m.gguf --workers 127.0.0.1:50061[,host:port...] --listen 127.0.0.1:50051
 //                  [--metrics-port 9464] [--token-budget 512] [--prefill-chunk 256] [--max-queue 256]
+//                  [--max-concurrent-per-client N]              Generate calls in flight per client (0: no limit)
+//                  [--auth-token-file F]                        clients must send 'authorization: Bearer <token>'
+//                  [--tls-cert cert.pem --tls-key key.pem]      TLS for clients
+//                  [--worker-token-file F] [--worker-tls-ca ca.pem]  what the leaders want (k3-worker --serve)
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -11,12 +15,14 @@
 #include <grpcpp/grpcpp.h>
 #include <httplib.h>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "coordinator/server/inference_service.h"
 #include "coordinator/server/router.h"
 #include "coordinator/tokenizer/gguf_vocab.h"
 #include "spdlog/spdlog.h"
 #include "worker/common/cli_args.h"
+#include "worker/common/grpc_security.h"
 #include "worker/common/status_macros.h"
 #include "worker/gguf/gguf_file.h"
 
@@ -34,11 +40,29 @@ absl::Status Run(k3::CliArgs& args) {
   k3::coord::ServiceLimits limits;
   K3_ASSIGN_OR_RETURN(int64_t max_tokens, args.Int("max-tokens-limit", 0));
   K3_ASSIGN_OR_RETURN(int64_t max_prompt, args.Int("max-prompt-tokens", 0));
+  K3_ASSIGN_OR_RETURN(limits.max_concurrent_per_client, args.Int("max-concurrent-per-client", 0));
   limits.max_tokens = static_cast<uint32_t>(max_tokens);
   limits.max_prompt_tokens = static_cast<uint32_t>(max_prompt);
+  const std::string token_file = args.Str("auth-token-file");
+  const std::string tls_cert = args.Str("tls-cert");
+  const std::string tls_key = args.Str("tls-key");
+  const std::string worker_token_file = args.Str("worker-token-file");
+  const std::string worker_tls_ca = args.Str("worker-tls-ca");
   K3_RETURN_IF_ERROR(args.Finish());
   if (model.empty() || workers.empty()) return absl::InvalidArgumentError("--model and --workers are required");
   if (sched.token_budget < 1 || sched.prefill_chunk < 1) return absl::InvalidArgumentError("budgets must be >= 1");
+  if (limits.max_concurrent_per_client < 0) return absl::InvalidArgumentError("--max-concurrent-per-client must be >= 0");
+  // Secrets and certificates are read before anything starts: a bad file is a clear error now,
+  // not a server that refuses every call later.
+  std::string token;
+  if (!token_file.empty()) {
+    K3_ASSIGN_OR_RETURN(token, k3::security::ReadTokenFile(token_file));
+  }
+  K3_ASSIGN_OR_RETURN(auto server_creds, k3::security::ServerCredentials(tls_cert, tls_key));
+  if (!worker_token_file.empty()) {
+    K3_ASSIGN_OR_RETURN(sched.link.token, k3::security::ReadTokenFile(worker_token_file));
+  }
+  K3_ASSIGN_OR_RETURN(sched.link.credentials, k3::security::ChannelCredentials(worker_tls_ca));
 
   K3_ASSIGN_OR_RETURN(auto file, k3::gguf::GgufFile::Open(model, /*allow_header_only=*/true));
   K3_ASSIGN_OR_RETURN(k3::model::K3Config config, k3::model::ParseK3Config(*file));
@@ -53,14 +77,21 @@ absl::Status Run(k3::CliArgs& args) {
   k3::coord::Metrics metrics;
   k3::coord::Router router(addrs, tokenizer ? &*tokenizer : nullptr, sched, &metrics);
   router.Start();
-  k3::coord::InferenceService service(config, tokenizer ? &*tokenizer : nullptr, router, metrics, limits);
+  k3::coord::InferenceService service(config, tokenizer ? &*tokenizer : nullptr, router, metrics, limits, token);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, server_creds, &port);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (!server || port == 0) return absl::UnavailableError("cannot listen on " + listen);
-  spdlog::info("coordinator serving k3.v1.Inference on {} for {} worker group(s)", listen, addrs.size());
+  if (!server || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", listen,
+                                               tls_cert.empty() ? "" : " (or the TLS certificate and key do not match)"));
+  }
+  spdlog::info("coordinator serving k3.v1.Inference on {} for {} worker group(s): {}, {}, {}", listen, addrs.size(),
+               tls_cert.empty() ? "plaintext" : "TLS", token.empty() ? "no authentication" : "bearer token required",
+               limits.max_concurrent_per_client > 0
+                   ? absl::StrCat("at most ", limits.max_concurrent_per_client, " requests in flight per client")
+                   : std::string("no per-client limit"));
 
   httplib::Server http;
   std::thread http_thread;

@@ -27,7 +27,11 @@ struct GroupScheduler::Running {
 
 GroupScheduler::GroupScheduler(std::string address, const tok::Tokenizer* tokenizer, SchedulerOptions options,
                                Metrics* metrics, Retry retry)
-    : client_(std::move(address)), tokenizer_(tokenizer), options_(options), metrics_(metrics), retry_(std::move(retry)) {}
+    : client_(std::move(address), options.link),
+      tokenizer_(tokenizer),
+      options_(options),
+      metrics_(metrics),
+      retry_(std::move(retry)) {}
 
 GroupScheduler::~GroupScheduler() { Stop(); }
 
@@ -59,7 +63,16 @@ absl::Status GroupScheduler::Submit(std::unique_ptr<GenerationRequest>& req) {
 
 bool GroupScheduler::CheckHealth() {
   auto info = client_.GetInfo(std::chrono::milliseconds(2000));
-  if (!info.ok()) return false;
+  if (!info.ok()) {
+    // Once per reason: a leader that refuses our token or TLS is a configuration error to see.
+    std::string why = absl::StrCat(absl::StatusCodeToString(info.status().code()), ": ", info.status().message());
+    if (why != health_error_) {
+      spdlog::warn("health check of worker group {} failed: {}", address(), why);
+      health_error_ = std::move(why);
+    }
+    return false;
+  }
+  health_error_.clear();
   std::lock_guard<std::mutex> l(mu_);
   info_ = *info;
   return true;
@@ -253,6 +266,9 @@ void GroupScheduler::Loop() {
     if (!healthy_) {
       if (Clock::now() - last_health >= options_.health_period) {
         last_health = Clock::now();
+        // Down, this scheduler holds nothing on the group (FailAll): a new session makes the
+        // leader free whatever sequences are left there, ours or a crashed coordinator's.
+        client_.NewSession();
         if (CheckHealth()) {
           // A (re)started group has an empty cache: sequence ids start over.
           healthy_ = true;

@@ -30,6 +30,7 @@ struct SchedulerOptions {
   int64_t max_queue = 256;        // queued requests beyond this are refused
   std::chrono::milliseconds step_timeout{300000};
   std::chrono::milliseconds health_period{1000};
+  WorkerLink link;                // token and TLS towards the leaders
 };
 
 class GroupScheduler {
@@ -89,6 +90,7 @@ class GroupScheduler {
   std::atomic<bool> stop_{false};
   std::atomic<int64_t> load_{0};
   std::atomic<uint64_t> steps_{0};
+  std::string health_error_;      // the last failed health check's reason, logged once
   std::thread thread_;
 };
 

@@ -18,8 +18,21 @@ grpc::Status Invalid(const std::string& msg) { return grpc::Status(grpc::StatusC
 }  // namespace
 
 InferenceService::InferenceService(const model::K3Config& config, const tok::Tokenizer* tokenizer, Router& router,
-                                   Metrics& metrics, ServiceLimits limits)
-    : config_(config), tokenizer_(tokenizer), router_(router), metrics_(metrics), limits_(limits) {}
+                                   Metrics& metrics, ServiceLimits limits, std::string auth_token)
+    : config_(config),
+      tokenizer_(tokenizer),
+      router_(router),
+      metrics_(metrics),
+      limits_(limits),
+      auth_(std::move(auth_token)),
+      per_client_(limits.max_concurrent_per_client) {}
+
+std::string InferenceService::ClientOf(const grpc::ServerContext& ctx) const {
+  // With the shared token every holder is one client (there is one token); the key is not the
+  // token itself so that nothing secret sits in the limiter's map.
+  if (auth_.enabled()) return "(token holders)";
+  return ClientFromPeer(ctx.peer());
+}
 
 absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const k3::v1::GenerateRequest& req) const {
   std::vector<int32_t> ids;
@@ -60,7 +73,15 @@ absl::StatusOr<std::vector<int32_t>> InferenceService::PromptIds(const k3::v1::G
 
 grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const k3::v1::GenerateRequest* req,
                                         grpc::ServerWriter<k3::v1::GenerateResponse>* writer) {
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
   ++metrics_.requests_total;
+  // Held until this handler returns: a finish, an error, a cancel or a disconnect all end it.
+  const std::string client = ClientOf(*ctx);
+  absl::StatusOr<ClientLimiter::Lease> lease = per_client_.Acquire(client, client);
+  if (!lease.ok()) {
+    ++metrics_.requests_failed;
+    return ToGrpc(lease.status());
+  }
   if (req->ByteSizeLong() > limits_.max_request_bytes) {
     ++metrics_.requests_failed;
     return Invalid(absl::StrCat("request of ", req->ByteSizeLong(), " bytes exceeds the limit of ", limits_.max_request_bytes));
@@ -140,8 +161,9 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const k3::v1::
   }
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const k3::v1::TokenizeRequest* req,
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* ctx, const k3::v1::TokenizeRequest* req,
                                         k3::v1::TokenizeResponse* resp) {
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
   if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no vocabulary");
   absl::StatusOr<std::vector<int32_t>> ids;
   if (req->has_chat()) {
@@ -160,8 +182,9 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext*, const k3::v1::Toke
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const k3::v1::DetokenizeRequest* req,
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* ctx, const k3::v1::DetokenizeRequest* req,
                                           k3::v1::DetokenizeResponse* resp) {
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
   if (tokenizer_ == nullptr) return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION, "this model has no vocabulary");
   std::vector<int32_t> ids(req->ids().begin(), req->ids().end());
   auto text = tokenizer_->Decode(ids);
@@ -170,7 +193,9 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext*, const k3::v1::De
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const k3::v1::ModelInfoRequest*, k3::v1::ModelInfo* resp) {
+grpc::Status InferenceService::GetModelInfo(grpc::ServerContext* ctx, const k3::v1::ModelInfoRequest*,
+                                            k3::v1::ModelInfo* resp) {
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
   resp->set_name(config_.name);
   resp->set_architecture("kimi-k3");
   resp->set_n_layers(static_cast<uint32_t>(config_.n_layers));
@@ -186,6 +211,8 @@ grpc::Status InferenceService::GetModelInfo(grpc::ServerContext*, const k3::v1::
   return grpc::Status::OK;
 }
 
+// Open without a token: it tells only whether the service is up (load balancers, k3-launch's
+// readiness check and `k3 health` probe it without holding the secret).
 grpc::Status InferenceService::Health(grpc::ServerContext*, const k3::v1::HealthRequest*, k3::v1::HealthResponse* resp) {
   const int up = router_.groups_up();
   resp->set_groups_up(up);
@@ -194,7 +221,8 @@ grpc::Status InferenceService::Health(grpc::ServerContext*, const k3::v1::Health
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetStats(grpc::ServerContext*, const k3::v1::StatsRequest*, k3::v1::Stats* resp) {
+grpc::Status InferenceService::GetStats(grpc::ServerContext* ctx, const k3::v1::StatsRequest*, k3::v1::Stats* resp) {
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;  // worker addresses and counts
   resp->set_requests_total(metrics_.requests_total);
   resp->set_requests_running(static_cast<uint64_t>(std::max<int64_t>(0, metrics_.running)));
   resp->set_requests_queued(static_cast<uint64_t>(std::max<int64_t>(0, metrics_.queued)));

@@ -1,6 +1,7 @@
 #include "coordinator/server/worker_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "worker/common/grpc_security.h"
 
 namespace k3::coord {
 
@@ -9,18 +10,26 @@ absl::Status FromGrpc(const grpc::Status& s) {
   return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
 }
 
-WorkerClient::WorkerClient(std::string address) : address_(std::move(address)) {
+WorkerClient::WorkerClient(std::string address, WorkerLink link)
+    : address_(std::move(address)), token_(std::move(link.token)), rng_(std::random_device{}()) {
+  NewSession();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  channel_ = grpc::CreateCustomChannel(address_, grpc::InsecureChannelCredentials(), args);
+  channel_ = grpc::CreateCustomChannel(address_, link.credentials ? link.credentials : grpc::InsecureChannelCredentials(),
+                                       args);
   stub_ = k3::v1::Worker::NewStub(channel_);
+}
+
+void WorkerClient::NewSession() {
+  session_ = rng_() | 1;  // never 0 ("no session")
 }
 
 absl::StatusOr<k3::v1::StepResponse> WorkerClient::RunStep(const k3::v1::StepRequest& req,
                                                            std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  security::AddBearer(ctx, token_);
   k3::v1::StepResponse resp;
   grpc::Status s = stub_->RunStep(&ctx, req, &resp);
   if (!s.ok()) {
@@ -33,8 +42,11 @@ absl::StatusOr<k3::v1::StepResponse> WorkerClient::RunStep(const k3::v1::StepReq
 absl::StatusOr<k3::v1::WorkerInfo> WorkerClient::GetInfo(std::chrono::milliseconds timeout) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+  security::AddBearer(ctx, token_);
   k3::v1::WorkerInfo info;
-  grpc::Status s = stub_->GetInfo(&ctx, k3::v1::WorkerInfoRequest(), &info);
+  k3::v1::WorkerInfoRequest req;
+  req.set_session(session_);
+  grpc::Status s = stub_->GetInfo(&ctx, req, &info);
   if (!s.ok()) {
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("worker group ", address_, ": ", s.error_message()));

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <memory>
+#include <random>
 #include <string>
 
 #include <grpcpp/grpcpp.h>
@@ -12,17 +13,32 @@
 
 namespace k3::coord {
 
+// How the coordinator reaches the leaders: the token they want (k3-worker --auth-token-file;
+// empty: none) and TLS (null credentials: plaintext).
+struct WorkerLink {
+  std::string token;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;
+};
+
 class WorkerClient {
  public:
-  explicit WorkerClient(std::string address);
+  explicit WorkerClient(std::string address, WorkerLink link = {});
   const std::string& address() const { return address_; }
 
   absl::StatusOr<k3::v1::StepResponse> RunStep(const k3::v1::StepRequest& req,
                                                std::chrono::milliseconds timeout);
+  // Sends the current session (k3.v1.WorkerInfoRequest.session): a leader that sees a new one
+  // frees every sequence it holds, as left by a coordinator that died or gave the group up.
   absl::StatusOr<k3::v1::WorkerInfo> GetInfo(std::chrono::milliseconds timeout);
+  // A new random session, for when this coordinator holds nothing on the group (it failed its
+  // requests there) and wants it empty on the next GetInfo.
+  void NewSession();
 
  private:
   std::string address_;
+  std::string token_;
+  std::mt19937_64 rng_;
+  uint64_t session_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<k3::v1::Worker::Stub> stub_;
 };

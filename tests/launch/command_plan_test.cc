@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "launch/command_plan.h"
 #include "launch/model_fit.h"
@@ -173,6 +174,36 @@ TEST(LaunchCommandPlan, ComputeSanitizerAndToolPath) {
   EXPECT_EQ(lines[1].find("sanitizer"), std::string::npos);
   EXPECT_EQ(p->groups[0].mpirun.argv[0], "/usr/bin/mpirun");
   EXPECT_FALSE(BuildLaunchPlan(*c, {"/my bin", false, "mpirun"}).ok());  // cannot go into an app file
+}
+
+// Access control keys become the programs' flags (relative paths from the config's folder), and
+// the smoke test's client gets the token and the CA.
+TEST(LaunchCommandPlan, AccessControlFlags) {
+  std::string y = testing::kValid;
+  y.replace(y.find("    listen: 0.0.0.0:50061\n"), 0,
+            "    auth_token_file: secrets/worker.token\n    tls_cert: w.pem\n    tls_key: w.key\n"
+            "    coordinator_timeout_s: 30\n");
+  y += "  max_concurrent_per_client: 8\n  auth_token_file: secrets/client.token\n  tls_cert: c.pem\n  tls_key: c.key\n"
+       "  worker_token_file: secrets/worker.token\n  worker_tls_ca: w.pem\n";
+  auto c = testing::Parse(y);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ASSERT_TRUE(CheckLaunchConfig(*c).ok()) << CheckLaunchConfig(*c);
+  auto p = BuildLaunchPlan(*c, {"/b", false, "mpirun"});
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_NE(RankLines(p->groups[0])[1].find("--timeout-ms 60000 --auth-token-file /cfg/secrets/worker.token --tls-cert "
+                                            "/cfg/w.pem --tls-key /cfg/w.key --coordinator-timeout 30"),
+            std::string::npos)
+      << RankLines(p->groups[0])[1];
+  const std::string coord = absl::StrJoin(p->coordinator.argv, " ");
+  EXPECT_NE(coord.find("--max-concurrent-per-client 8 --auth-token-file /cfg/secrets/client.token --tls-cert /cfg/c.pem "
+                       "--tls-key /cfg/c.key --worker-token-file /cfg/secrets/worker.token --worker-tls-ca /cfg/w.pem"),
+            std::string::npos)
+      << coord;
+  // A self-signed certificate is its own CA: the smoke test trusts tls_cert unless tls_ca says otherwise.
+  EXPECT_NE(absl::StrJoin(HealthCommand(*p, "/b").argv, " ").find("--tls-ca /cfg/c.pem"), std::string::npos);
+  const std::string gen = absl::StrJoin(GenerateCommand(*p, "/b", "1 2", 4).argv, " ");
+  EXPECT_NE(gen.find("--tls-ca /cfg/c.pem --token-file /cfg/secrets/client.token"), std::string::npos) << gen;
+  // Without the keys nothing changes (the example configs' golden plans above).
 }
 
 TEST(LaunchPlanText, ShellQuoting) {

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "launch/address.h"
+#include "launch/diagnostics.h"
 #include "launch/placement.h"
 #include "tests/launch/test_util.h"
 
@@ -156,6 +157,69 @@ TEST(LaunchConfigCheck, Profiling) {
                        4, {"profiling.tool", "compute-sanitizer looks at CUDA kernels, but group c runs on cpu"}));
   EXPECT_TRUE(ParseAndCheck("model: {path: m}\nworker_groups: [{name: c, hosts: [h], ranks_per_host: 1, listen: 'h:1'}]\n"
                             "profiling: {tool: nsys, ranks: all}\n").ok());
+}
+
+// fuzz_launch_config findings: a few kilobytes of YAML must not make millions of ranks to check
+// and write app-file lines for, nor a quadratic number of errors (YAML aliases repeat a host
+// cheaply); a quoted key with a newline or an escape must not break the one-error-per-line output.
+TEST(LaunchConfigCheck, RanksAreBoundedBeforeTheyAreWalked) {
+  std::string hosts;
+  for (int i = 0; i < 20; ++i) hosts += (i ? ", h" : "h") + std::to_string(i);
+  const std::string y = "model: {path: /m.gguf}\nworker_groups:\n  - name: g\n    backend: cuda\n    hosts: [" + hosts +
+                        "]\n    ranks_per_host: 4096\n    listen: 127.0.0.1:5000\n";
+  EXPECT_TRUE(HasError(ParseAndCheck(y), 3, {"worker_groups", "81920 ranks in all", "at most 65536"}));
+  // Over several groups too (here one group repeated through an alias).
+  std::string groups = "[&g {name: g, hosts: [a, b], ranks_per_host: 4096, listen: '127.0.0.1:5000'}";
+  for (int i = 0; i < 8; ++i) groups += ", *g";
+  EXPECT_TRUE(HasError(ParseAndCheck("model: {path: /m.gguf}\nworker_groups: " + groups + "]\n"), 2,
+                       {"9 group(s) with 73728 ranks in all"}));
+}
+
+TEST(LaunchConfigCheck, RepeatedHostsAndErrorsAreBounded) {
+  std::string hosts = "[&h a";
+  for (int i = 0; i < 1000; ++i) hosts += ", *h";
+  const absl::Status s = ParseAndCheck("model: {path: /m.gguf}\nworker_groups:\n  - name: g\n    hosts: " + hosts +
+                                       "]\n    ranks_per_host: 1\n    listen: 127.0.0.1:5000\n");
+  EXPECT_TRUE(HasError(s, 4, {"worker_groups[0].hosts[1]", "host a is listed twice (also hosts[0])"}));
+  const std::vector<std::string> lines = absl::StrSplit(s.message(), '\n');
+  EXPECT_EQ(lines.size(), Diagnostics::kMaxErrors + 1);
+  EXPECT_EQ(lines.back(), "t.yaml: ... and 950 more errors");
+}
+
+TEST(LaunchConfigCheck, ControlBytesInKeysAreEscaped) {
+  const absl::Status s = ParseAndCheck("model: {path: /m.gguf, \"two\\nlines\\e[31m\": 1}\nworker_groups: []\n");
+  ASSERT_FALSE(s.ok());
+  for (absl::string_view line : absl::StrSplit(s.message(), '\n')) {
+    EXPECT_TRUE(absl::StartsWith(line, "t.yaml:")) << line;
+  }
+  EXPECT_TRUE(HasError(s, 1, {"model.two\\nlines\\x1b[31m: unknown key"}));
+}
+
+// The coordinator must be able to reach the leaders it starts: a leader's token or TLS without
+// the coordinator's matching key is an error, and TLS wants both halves.
+TEST(LaunchConfigCheck, AccessControlMustMatch) {
+  EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n", "    listen: 0.0.0.0:50061\n    auth_token_file: w.token\n")),
+                       11, {"worker_groups[0].auth_token_file", "coordinator.worker_token_file is not set"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
+                                          "    listen: 0.0.0.0:50061\n    tls_cert: w.pem\n    tls_key: w.key\n")),
+                       11, {"worker_groups[0].tls_cert", "coordinator.worker_tls_ca is not set"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(std::string(kValid) + "  worker_tls_ca: ca.pem\n"), 13,
+                       {"coordinator.worker_tls_ca", "group g0 has no tls_cert"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(std::string(kValid) + "  tls_cert: c.pem\n"), 13,
+                       {"coordinator.tls_cert", "TLS wants both tls_cert and tls_key"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n", "    listen: 0.0.0.0:50061\n    tls_key: w.key\n")),
+                       11, {"worker_groups[0].tls_cert", "TLS wants both"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
+                                          "    listen: 0.0.0.0:50061\n    worker_args: [--auth-token-file, x]\n")),
+                       11, {"worker_groups[0].worker_args[0]", "--auth-token-file is set by the launcher"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
+                                          "    listen: 0.0.0.0:50061\n    coordinator_timeout_s: -1\n")),
+                       11, {"worker_groups[0].coordinator_timeout_s", "wants an integer in [0,"}));
+  EXPECT_TRUE(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
+                                 "    listen: 0.0.0.0:50061\n    auth_token_file: w.token\n    tls_cert: w.pem\n"
+                                 "    tls_key: w.key\n") +
+                            "  worker_token_file: w.token\n  worker_tls_ca: w.pem\n")
+                  .ok());
 }
 
 TEST(LaunchAddress, ParseAndDial) {

@@ -254,6 +254,34 @@ TEST(LaunchConfigParse, HostfileAndItsErrors) {
   EXPECT_TRUE(HasError(Parse("model: {path: m}\nworker_groups:\n  - name: a\n    hostfile: no-such.hosts\n"
                              "    ranks_per_host: 1\n    listen: 'h:1'\n"),
                        4, {"worker_groups[0].hostfile", "cannot read hostfile /cfg/no-such.hosts"}));
+  // Not a regular file: an error, not a read that never ends.
+  EXPECT_TRUE(HasError(Parse("model: {path: m}\nworker_groups:\n  - name: a\n    hostfile: /dev/zero\n"
+                             "    ranks_per_host: 1\n    listen: 'h:1'\n"),
+                       4, {"worker_groups[0].hostfile", "cannot read hostfile /dev/zero: not a regular file"}));
+}
+
+// fuzz_launch_config: aliases expand (each *name stands for its whole &name node); nested ones
+// make a few lines stand for billions of nodes. Refused before the tree is walked; ordinary use
+// of anchors still works.
+TEST(LaunchConfigParse, AliasExpansionIsBounded) {
+  std::string y = "a0: &a0 [x, x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 9; ++i) {
+    y += "a" + std::to_string(i) + ": &a" + std::to_string(i) + " [";
+    for (int k = 0; k < 10; ++k) y += (k ? ", *a" : "*a") + std::to_string(i - 1);
+    y += "]\n";
+  }
+  EXPECT_TRUE(HasError(Parse(y), 1, {"more than 262144 YAML nodes once its aliases (*name) are expanded"}));
+  // Many groups repeating one group's long host list: bounded by the hosts over all groups.
+  std::string hosts = "[h0";
+  for (int i = 1; i < 1000; ++i) hosts += ", h" + std::to_string(i);
+  std::string groups = "[&g {name: g, hosts: " + hosts + "], ranks_per_host: 1, listen: 'h:1'}";
+  for (int i = 0; i < 100; ++i) groups += ", *g";
+  EXPECT_TRUE(HasError(Parse("model: {path: m}\nworker_groups: " + groups + "]\n"), 2,
+                       {".hosts", "more than 65536 hosts over all worker groups"}));
+  auto c = Parse("model: {path: m}\nworker_groups:\n  - {name: a, hosts: [h], ranks_per_host: 1, listen: 'h:1', env: &e {A: '1'}}\n"
+                 "  - {name: b, hosts: [k], ranks_per_host: 1, listen: 'k:1', env: *e}\n");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->groups[1].env, (EnvList{{"A", "1"}}));
 }
 
 TEST(LaunchConfigParse, OverridesSetScalarsByIndexOrName) {

@@ -37,8 +37,24 @@ bool IsGroupFailure(const absl::Status& s) {
 
 }  // namespace
 
-grpc::Status LeaderService::RunStep(grpc::ServerContext*, const k3::v1::StepRequest* req,
+LeaderService::Activity::Activity(LeaderService& s) : s_(s) { ++s_.active_; }
+
+LeaderService::Activity::~Activity() {
+  s_.last_call_ns_ = std::chrono::steady_clock::now().time_since_epoch().count();
+  --s_.active_;
+}
+
+std::chrono::steady_clock::duration LeaderService::idle() const {
+  if (active_.load() > 0) return std::chrono::steady_clock::duration::zero();
+  const std::chrono::steady_clock::time_point last{std::chrono::steady_clock::duration(last_call_ns_.load())};
+  return std::chrono::steady_clock::now() - last;
+}
+
+grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::StepRequest* req,
                                     k3::v1::StepResponse* resp) {
+  // Before anything else: a caller without the token learns nothing and keeps nothing alive.
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
+  Activity activity(*this);
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_ || shut_down_) {
     return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker group is down (a rank failed or it is shutting down)");
@@ -47,6 +63,7 @@ grpc::Status LeaderService::RunStep(grpc::ServerContext*, const k3::v1::StepRequ
   if (step.shutdown) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shutdown is not accepted over RPC");
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<StepResult> result = group_.LeaderStep(step);
+  Track(step, result.ok());
   if (!result.ok()) {
     if (IsGroupFailure(result.status())) {
       broken_ = true;
@@ -73,9 +90,52 @@ grpc::Status LeaderService::RunStep(grpc::ServerContext*, const k3::v1::StepRequ
   return grpc::Status::OK;
 }
 
-grpc::Status LeaderService::GetInfo(grpc::ServerContext*, const k3::v1::WorkerInfoRequest*, k3::v1::WorkerInfo* resp) {
+void LeaderService::Track(const Step& step, bool ok) {
+  for (int64_t id : step.add) live_.insert(id);
+  for (const auto& f : step.fork) live_.insert(f.second);
+  if (ok) {
+    for (int64_t id : step.free) live_.erase(id);
+  }
+}
+
+absl::Status LeaderService::FreeAll() {
+  size_t freed = 0;
+  for (int64_t id : live_) {
+    Step s;
+    s.id = ~uint64_t{1};
+    s.free = {id};
+    absl::StatusOr<StepResult> r = group_.LeaderStep(s);
+    if (r.ok()) {
+      ++freed;
+    } else if (IsGroupFailure(r.status())) {
+      broken_ = true;
+      spdlog::error("worker group failed: {}", std::string(r.status().message()));
+      return r.status();
+    }
+  }
+  if (!live_.empty()) {
+    spdlog::warn("a new coordinator took over: freed {} sequence(s) the previous one left", freed);
+  }
+  live_.clear();
+  return absl::OkStatus();
+}
+
+grpc::Status LeaderService::GetInfo(grpc::ServerContext* ctx, const k3::v1::WorkerInfoRequest* req,
+                                    k3::v1::WorkerInfo* resp) {
+  if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
+  Activity activity(*this);
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker group is down");
+  // A coordinator restarted after a crash numbers its sequences from 1 again and counts on every
+  // slot: what its predecessor left would collide with its ids and hold slots forever.
+  if (req->session() != 0 && req->session() != session_) {
+    if (!live_.empty() && !shut_down_) {
+      if (absl::Status s = FreeAll(); !s.ok()) {
+        return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("worker group failed: ", s.message()));
+      }
+    }
+    session_ = req->session();
+  }
   resp->set_model_name(info_.model_name);
   resp->set_model_summary(info_.model_summary);
   resp->set_plan(info_.plan);

@@ -4,6 +4,12 @@
 //
 //   mpirun -np 2 k3-worker --model m.gguf --prompt "1 2 3" --gen 16
 //   mpirun -np 2 k3-worker --model m.gguf --serve 127.0.0.1:50061   (for the coordinator)
+//       [--auth-token-file F]           only callers sending 'authorization: Bearer <token>' (the
+//                                       coordinator's --worker-token-file) may run steps
+//       [--tls-cert c.pem --tls-key k.pem]   TLS (the coordinator's --worker-tls-ca trusts it)
+//       [--coordinator-timeout S]       no call from a coordinator for S seconds (it died, or never
+//                                       came): the group shuts down cleanly, exit status 0;
+//                                       0 (the default) waits for one forever
 //   mpirun -np 2 k3-worker --backend cuda --model m.gguf --prompt "1 2 3"   (one GPU per rank;
 //       built with K3_WITH_CUDA: CudaEngine in the same step protocol, NCCL inside the engine)
 #include <csignal>
@@ -32,6 +38,7 @@
 #ifdef K3_HAVE_GRPC
 #include <grpcpp/grpcpp.h>
 
+#include "worker/common/grpc_security.h"
 #include "worker/runtime/leader_service.h"
 #endif
 
@@ -46,10 +53,20 @@ struct GroupInfo {
   int64_t max_seqs = 0, page_size = 0, cache_tokens = 0;
 };
 
-// The leader as a gRPC server for the coordinator, until SIGINT/SIGTERM or a group failure.
-absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, k3::runtime::RankEngine& engine,
+// --serve and how the leader serves.
+struct ServeOptions {
+  std::string address;                           // empty: no --serve
+  std::string token;                             // empty: no authentication
+  std::string tls_cert, tls_key;                 // empty: plaintext
+  std::chrono::seconds coordinator_timeout{0};   // 0: wait for a coordinator forever
+};
+
+// The leader as a gRPC server for the coordinator, until SIGINT/SIGTERM, a group failure or
+// (with a coordinator timeout) no coordinator for that long.
+absl::Status Serve(const ServeOptions& opt, k3::runtime::WorkerGroup& group, k3::runtime::RankEngine& engine,
                    const k3::model::K3Config& c, const GroupInfo& g) {
 #ifdef K3_HAVE_GRPC
+  const std::string& address = opt.address;
   k3::runtime::LeaderInfo info;
   info.model_name = c.name;
   info.model_summary = c.Summary();
@@ -60,16 +77,18 @@ absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, 
   info.cache_tokens = static_cast<uint64_t>(g.cache_tokens);
   info.vocab = static_cast<uint32_t>(c.vocab);
   info.context_length = static_cast<uint32_t>(c.context_length);
-  k3::runtime::LeaderService service(group, engine, info);
+  K3_ASSIGN_OR_RETURN(auto credentials, k3::security::ServerCredentials(opt.tls_cert, opt.tls_key));
+  k3::runtime::LeaderService service(group, engine, info, k3::security::BearerAuth(opt.token));
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, credentials, &port);
   builder.RegisterService(&service);
   builder.SetMaxReceiveMessageSize(256 << 20);
   builder.SetMaxSendMessageSize(256 << 20);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (!server || port == 0) return absl::UnavailableError("cannot listen on " + address);
-  spdlog::info("worker group leader serving on {} (port {})", address, port);
+  spdlog::info("worker group leader serving on {} (port {}): {}, {}", address, port,
+               opt.tls_cert.empty() ? "plaintext" : "TLS", opt.token.empty() ? "no authentication" : "bearer token required");
   std::printf("LEADER READY %s\n", address.c_str());
   std::fflush(stdout);
   sigset_t set;
@@ -81,6 +100,13 @@ absl::Status Serve(const std::string& address, k3::runtime::WorkerGroup& group, 
     const int sig = sigtimedwait(&set, nullptr, &tick);
     if (sig == SIGINT || sig == SIGTERM) {
       spdlog::info("signal {}: shutting the worker group down", sig);
+      break;
+    }
+    // A live coordinator health-checks every second even when idle: silence this long means it
+    // is gone, and the group would only hold its memory (and GPUs) for nobody.
+    if (opt.coordinator_timeout.count() > 0 && service.idle() >= opt.coordinator_timeout) {
+      spdlog::warn("no call from a coordinator for {} s (--coordinator-timeout): shutting the worker group down",
+                   opt.coordinator_timeout.count());
       break;
     }
   }
@@ -137,7 +163,7 @@ absl::Status Generate(k3::runtime::WorkerGroup& group, const std::string& prompt
 // --backend cuda: this rank's shard on its GPU (the local rank's, of those it sees), the engine's
 // all-reduces over NCCL on the engine's stream, steps and band summaries over `comm` (MPI).
 absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3::model::RankPlan plan, int rank,
-                     int64_t max_seqs, int64_t cache_tokens, const std::string& serve, const std::string& prompt,
+                     int64_t max_seqs, int64_t cache_tokens, const ServeOptions& serve, const std::string& prompt,
                      int64_t gen) {
   int n_dev = 0;
   if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) return absl::FailedPreconditionError("no CUDA device");
@@ -168,7 +194,7 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3:
   k3::engine_cuda::CudaRankEngine rank_engine(*engine);
   k3::runtime::WorkerGroup group(rank_engine, comm);
   if (rank != 0) return group.FollowerLoop();
-  if (!serve.empty()) {
+  if (!serve.address.empty()) {
     return Serve(serve, group, rank_engine, engine->config(),
                  {"", plan.ranks, max_seqs, engine->page_size(), engine->cache_capacity_tokens()});
   }
@@ -184,11 +210,32 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_ASSIGN_OR_RETURN(int64_t timeout_ms, args.Int("timeout-ms", 60000));
   K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
   const std::string prompt = args.Str("prompt");
-  const std::string serve = args.Str("serve");
+  ServeOptions serve;
+  serve.address = args.Str("serve");
+  const std::string token_file = args.Str("auth-token-file");
+  serve.tls_cert = args.Str("tls-cert");
+  serve.tls_key = args.Str("tls-key");
+  K3_ASSIGN_OR_RETURN(int64_t coordinator_timeout, args.Int("coordinator-timeout", 0));
+  serve.coordinator_timeout = std::chrono::seconds(coordinator_timeout);
   const std::string trace_dir = args.Str("trace-dir");
   const std::string backend = args.Str("backend", "cpu");
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
+  if (coordinator_timeout < 0) return absl::InvalidArgumentError("--coordinator-timeout wants seconds >= 0");
+  if (serve.address.empty() && (!token_file.empty() || !serve.tls_cert.empty() || !serve.tls_key.empty() ||
+                                coordinator_timeout > 0)) {
+    return absl::InvalidArgumentError("--auth-token-file, --tls-cert/--tls-key and --coordinator-timeout go with --serve");
+  }
+#ifdef K3_HAVE_GRPC
+  // The leader's secrets, read (and the TLS files checked) before the model loads: a bad file
+  // is an error now, not after minutes of loading. Only rank 0 serves, so only it reads them.
+  if (rank == 0 && !serve.address.empty()) {
+    if (!token_file.empty()) {
+      K3_ASSIGN_OR_RETURN(serve.token, k3::security::ReadTokenFile(token_file));
+    }
+    K3_RETURN_IF_ERROR(k3::security::ServerCredentials(serve.tls_cert, serve.tls_key).status());
+  }
+#endif
   // The per-rank timeline, written when the rank ends (trace-rank<r>.json; merge with
   // launch/merge_traces.py).
   std::unique_ptr<k3::Tracer> tracer;
@@ -231,7 +278,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   k3::runtime::CpuRankEngine rank_engine(*engine);
   k3::runtime::WorkerGroup group(rank_engine, *comm);
   if (rank != 0) return group.FollowerLoop();
-  if (!serve.empty()) {
+  if (!serve.address.empty()) {
     const auto& shape = engine->cache().shape();
     return Serve(serve, group, rank_engine, engine->config(),
                  {plan, opt.plan.ranks, shape.max_seqs, shape.page_size, shape.n_pages * shape.page_size});
