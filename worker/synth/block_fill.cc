@@ -16,8 +16,14 @@ namespace {
 
 using quant::GgmlType;
 
-// The per-block factor of d: 16 steps over [0.75, 1.25].
-float BlockFactor(BlockRng& r) { return 0.75f + static_cast<float>(r.Next() & 15) * (0.5f / 15.0f); }
+// The per-block factor of d: 16 steps over [0.75, 1.25], picked by the low 4 bits of a word.
+float BlockFactorOf(uint64_t word) { return 0.75f + static_cast<float>(word & 15) * (0.5f / 15.0f); }
+float BlockFactor(BlockRng& r) { return BlockFactorOf(r.Next()); }
+
+// dmin / d of the K-quants whose mins equal their scales: every group is then zero-mean.
+constexpr float kDminQ2_K = 1.5f;
+constexpr float kDminQ4_K = 7.5f;
+constexpr float kDminQ5_K = 15.5f;
 
 double MeanSquareBlockFactor() {
   double s = 0;
@@ -145,7 +151,7 @@ void GenQ2_K(BlockRng& r, float d, uint8_t* out) {
   }
   RandomBytes(r, b.qs, sizeof(b.qs));
   b.d = quant::F32ToF16(d);
-  b.dmin = quant::F32ToF16(1.5f * d);
+  b.dmin = quant::F32ToF16(kDminQ2_K * d);
   std::memcpy(out, &b, sizeof(b));
 }
 
@@ -200,7 +206,7 @@ void RandomScalesK4(BlockRng& r, uint8_t s[12]) {
 void GenQ4_K(BlockRng& r, float d, uint8_t* out) {
   quant::BlockQ4_K b;
   b.d = quant::F32ToF16(d);
-  b.dmin = quant::F32ToF16(7.5f * d);
+  b.dmin = quant::F32ToF16(kDminQ4_K * d);
   RandomScalesK4(r, b.scales);
   RandomBytes(r, b.qs, sizeof(b.qs));
   std::memcpy(out, &b, sizeof(b));
@@ -209,7 +215,7 @@ void GenQ4_K(BlockRng& r, float d, uint8_t* out) {
 void GenQ5_K(BlockRng& r, float d, uint8_t* out) {
   quant::BlockQ5_K b;
   b.d = quant::F32ToF16(d);
-  b.dmin = quant::F32ToF16(15.5f * d);
+  b.dmin = quant::F32ToF16(kDminQ5_K * d);
   RandomScalesK4(r, b.scales);
   RandomBytes(r, b.qh, sizeof(b.qh));
   RandomBytes(r, b.qs, sizeof(b.qs));
@@ -285,7 +291,26 @@ float PlainValue(const ValueSpec& v, BlockRng& r) {
   return v.mean + v.std * r.Normal();
 }
 
+// d before the block factor: the spec's std over the type's RMS per unit d.
+float BaseScale(GgmlType type, const ValueSpec& values) { return static_cast<float>(values.std / UnitRms(type)); }
+
 }  // namespace
+
+BlockScaleBits BlockScalesFor(GgmlType type, const ValueSpec& values, int k) {
+  if (GenFor(type) == nullptr || values.kind != ValueKind::kNormal || k < 0 || k > 15) std::abort();
+  const float d = BaseScale(type, values) * BlockFactorOf(static_cast<uint64_t>(k));  // as FillBlocks
+  BlockScaleBits s;
+  s.d = quant::F32ToF16(d);  // as every Gen*
+  switch (type) {  // as GenQ2_K / GenQ4_K / GenQ5_K
+    case GgmlType::kQ2_K: s.dmin = quant::F32ToF16(kDminQ2_K * d); break;
+    case GgmlType::kQ4_K: s.dmin = quant::F32ToF16(kDminQ4_K * d); break;
+    case GgmlType::kQ5_K: s.dmin = quant::F32ToF16(kDminQ5_K * d); break;
+    default: break;
+  }
+  return s;
+}
+
+const std::array<int8_t, 256>& GaussQ8Table() { return kGaussQ8; }
 
 bool CanSynthesize(GgmlType type) {
   return type == GgmlType::kF32 || type == GgmlType::kF16 || type == GgmlType::kBF16 ||
@@ -325,7 +350,7 @@ void FillBlocks(GgmlType type, const ValueSpec& values, uint64_t key, uint64_t f
     std::abort();  // callers check CanSynthesize; block types only carry normal weights
   }
   const uint32_t block_bytes = quant::Traits(type).block_bytes;
-  const float d0 = static_cast<float>(values.std / UnitRms(type));
+  const float d0 = BaseScale(type, values);
   for (uint64_t i = 0; i < n_blocks; ++i) {
     BlockRng r(key, first_block + i);
     const float d = d0 * BlockFactor(r);
