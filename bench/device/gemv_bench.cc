@@ -1,6 +1,8 @@
 // Times the dequantizing GEMV (k3::cuda::QuantGemv) at the K3 shapes with CUDA events and prints
-// the achieved bandwidth against the H200 floor (4.4 TB/s measured read bandwidth here).
-//   k3_cuda_gemv_bench [out.csv]
+// the achieved bandwidth against the H200 floor (4.4 TB/s measured read bandwidth here); then the
+// direct-load GEMV (k3::cuda::QuantGemvDirect, repacked Q8_0) against it on the decode shapes.
+//   k3_cuda_gemv_bench [out.csv] [--direct | --direct-only] [--direct-csv=path]
+// (--direct adds the direct-load cases after the others, --direct-only runs just those.)
 // Per case: weights in several copies (rotated so no launch finds its weights in the 50 MB L2),
 // random data (never zeros), 20 warm-up launches, then the median of 100 individually timed
 // launches ("single", launch latency included) and the mean of 100 back-to-back launches
@@ -15,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/quant/ggml_type.h"
 #include "kernels/quant/half.h"
@@ -192,6 +195,183 @@ void RunCase(const Case& c, FILE* csv) {
   CHECK(cudaFree(ids));
 }
 
+// ---- direct-load GEMV vs QuantGemv ----------------------------------------------------------------
+
+struct Timing {
+  double single_us = 0, stream_us = 0;
+};
+
+// Median of 100 individually timed launches and mean of 100 back-to-back ones, after 20 warm-ups.
+template <class Launch>
+Timing TimeLaunches(Launch&& launch) {
+  for (int i = 0; i < 20; ++i) launch(i);
+  CHECK(cudaDeviceSynchronize());
+  const int reps = 100;
+  std::vector<cudaEvent_t> ev(2 * reps);
+  for (auto& e : ev) CHECK(cudaEventCreate(&e));
+  std::vector<float> single(reps);
+  for (int i = 0; i < reps; ++i) {
+    CHECK(cudaEventRecord(ev[2 * i], nullptr));
+    launch(i);
+    CHECK(cudaEventRecord(ev[2 * i + 1], nullptr));
+    CHECK(cudaEventSynchronize(ev[2 * i + 1]));
+    CHECK(cudaEventElapsedTime(&single[i], ev[2 * i], ev[2 * i + 1]));
+  }
+  std::sort(single.begin(), single.end());
+  Timing t;
+  t.single_us = 1e3 * single[reps / 2];
+  CHECK(cudaEventRecord(ev[0], nullptr));
+  for (int i = 0; i < reps; ++i) launch(i);
+  CHECK(cudaEventRecord(ev[1], nullptr));
+  CHECK(cudaEventSynchronize(ev[1]));
+  float total_ms = 0;
+  CHECK(cudaEventElapsedTime(&total_ms, ev[0], ev[1]));
+  t.stream_us = 1e3 * total_ms / reps;
+  for (auto& e : ev) CHECK(cudaEventDestroy(e));
+  return t;
+}
+
+struct DirectCase {
+  const char* name;
+  GgmlType type;
+  int64_t rows, cols;
+};
+
+// One shape at M = 1, 2, 4: QuantGemv on ggml blocks vs QuantGemvDirect (Q8_0 repacked on the device
+// from the same blocks), each over its own copies of the weights rotated through >= 256 MB.
+void RunDirectShape(const DirectCase& c, FILE* csv) {
+  const auto& tr = k3::quant::Traits(c.type);
+  const size_t row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
+  const size_t ggml_bytes = row_bytes * c.rows;
+  const bool q8 = c.type == GgmlType::kQ8_0;
+  const size_t direct_bytes = q8 ? k3::cuda::RepackedQ8_0Bytes(c.rows, c.cols) : ggml_bytes;
+  int copies = static_cast<int>(std::ceil(256e6 / static_cast<double>(ggml_bytes)));
+  copies = std::max(2, std::min(copies, 64));
+  std::mt19937_64 rng(777);
+  std::vector<uint8_t> host(ggml_bytes);
+  FillRandom(c.type, host, rng);
+  std::vector<uint8_t*> old_w(copies), new_w(copies, nullptr);
+  double repack_us = 0;
+  for (int i = 0; i < copies; ++i) {
+    CHECK(cudaMalloc(&old_w[i], ggml_bytes));
+    CHECK(cudaMemcpy(old_w[i], host.data(), ggml_bytes, cudaMemcpyHostToDevice));
+    if (q8) {
+      CHECK(cudaMalloc(&new_w[i], direct_bytes));
+      cudaEvent_t e0, e1;
+      CHECK(cudaEventCreate(&e0));
+      CHECK(cudaEventCreate(&e1));
+      CHECK(cudaEventRecord(e0, nullptr));
+      CHECK(k3::cuda::RepackQ8_0(old_w[i], c.rows, c.cols, new_w[i], nullptr));
+      CHECK(cudaEventRecord(e1, nullptr));
+      CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (i == 1 || copies == 1) repack_us = 1e3 * ms;  // the second: no first-launch cost
+      CHECK(cudaEventDestroy(e0));
+      CHECK(cudaEventDestroy(e1));
+    } else {
+      new_w[i] = old_w[i];
+    }
+  }
+  const int64_t max_tokens = 4;
+  std::vector<float> hx(max_tokens * c.cols);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : hx) v = nd(rng);
+  float *x = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&x, hx.size() * 4));
+  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&y, static_cast<size_t>(max_tokens * c.rows) * 4));
+  k3::cuda::QuantGemvDirectPlan plan;
+  k3::cuda::QuantGemvDirectPlanFor(c.type, c.rows, c.cols, &plan);
+
+  for (int64_t tokens : {1, 2, 4}) {
+    k3::cuda::QuantGemvParams op;
+    op.type = c.type;
+    op.rows = c.rows;
+    op.cols = c.cols;
+    op.row_bytes = row_bytes;
+    op.x = x;
+    op.x_stride = c.cols;
+    op.y = y;
+    op.y_stride = c.rows;
+    op.n_tokens = tokens;
+    const Timing t_old = TimeLaunches([&](int i) {
+      op.weight = old_w[i % copies];
+      CHECK(k3::cuda::QuantGemv(op, nullptr));
+    });
+    k3::cuda::QuantGemvDirectParams np;
+    np.type = c.type;
+    np.rows = c.rows;
+    np.cols = c.cols;
+    np.x = x;
+    np.x_stride = c.cols;
+    np.y = y;
+    np.y_stride = c.rows;
+    np.n_tokens = tokens;
+    const Timing t_new = TimeLaunches([&](int i) {
+      np.weight = new_w[i % copies];
+      CHECK(k3::cuda::QuantGemvDirect(np, nullptr));
+    });
+    std::vector<float> hy(static_cast<size_t>(tokens * c.rows));
+    CHECK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+    int64_t bad = 0;
+    for (float v : hy) bad += !std::isfinite(v);
+    const double bytes = static_cast<double>(k3::cuda::QuantGemvDirectMinBytes(np));
+    const double floor_us = bytes / (kFloorTBs * 1e6);
+    auto gbs = [&](double us) { return bytes / (us * 1e3); };
+    auto pct = [&](double us) { return 100.0 * gbs(us) / (kFloorTBs * 1e3); };
+    std::printf("direct %-28s %-4s %6lld x %-6lld M=%lld %8.2f MB floor %7.2f us | old stream %8.2f us %5.1f%% | "
+                "new stream %8.2f us %6.0f GB/s %5.1f%% single %8.2f us | x%.2f  [R=%d S=%d blocks=%lld]%s\n",
+                c.name, std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
+                static_cast<long long>(c.cols), static_cast<long long>(tokens), bytes / 1e6, floor_us, t_old.stream_us,
+                pct(t_old.stream_us), t_new.stream_us, gbs(t_new.stream_us), pct(t_new.stream_us), t_new.single_us,
+                t_old.stream_us / t_new.stream_us, plan.rows_per_warp, plan.slices,
+                static_cast<long long>(plan.blocks), bad ? "  NON-FINITE OUTPUT" : "");
+    std::fflush(stdout);
+    if (csv != nullptr) {
+      std::fprintf(csv, "%s,%s,%lld,%lld,%lld,%.0f,%.3f,%.3f,%.3f,%.3f,%.3f,%.1f,%.1f,%.3f,%d,%d,%lld,%lld\n", c.name,
+                   std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
+                   static_cast<long long>(c.cols), static_cast<long long>(tokens), bytes, floor_us, t_old.single_us,
+                   t_old.stream_us, t_new.single_us, t_new.stream_us, gbs(t_new.stream_us), pct(t_new.stream_us),
+                   repack_us, plan.rows_per_warp, plan.slices, static_cast<long long>(plan.blocks),
+                   static_cast<long long>(bad));
+    }
+  }
+  if (q8) std::printf("direct %-28s repack (one-time) %.1f us\n", c.name, repack_us);
+  for (int i = 0; i < copies; ++i) {
+    CHECK(cudaFree(old_w[i]));
+    if (q8) CHECK(cudaFree(new_w[i]));
+  }
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+}
+
+void RunDirectCases(FILE* csv) {
+  if (csv) {
+    std::fprintf(csv, "case,type,rows,cols,tokens,bytes,floor_us,old_single_us,old_stream_us,new_single_us,"
+                      "new_stream_us,new_stream_gbs,new_pct_of_floor,repack_us,rows_per_warp,slices,blocks,nonfinite\n");
+  }
+  const DirectCase cases[] = {
+      {"kda_qkvg 7168->12288", GgmlType::kQ8_0, 12288, 7168},
+      {"attn_output 12288->7168", GgmlType::kQ8_0, 7168, 12288},
+      {"7168->3584", GgmlType::kQ8_0, 3584, 7168},
+      {"3584->7168", GgmlType::kQ8_0, 7168, 3584},
+      {"dense_ffn_up 7168->33792", GgmlType::kQ8_0, 33792, 7168},
+      {"dense_ffn_down 33792->7168", GgmlType::kQ8_0, 7168, 33792},
+      {"lm_head 7168->163840", GgmlType::kQ8_0, 163840, 7168},
+      {"7168->96", GgmlType::kQ8_0, 96, 7168},
+      {"7168->128", GgmlType::kQ8_0, 128, 7168},
+      {"128->12288", GgmlType::kQ8_0, 12288, 128},
+      {"q_a 7168->1536", GgmlType::kQ8_0, 1536, 7168},
+      {"q_b 1536->12288", GgmlType::kQ8_0, 12288, 1536},
+      {"kv_a 7168->576", GgmlType::kQ8_0, 576, 7168},
+      {"router 7168->896", GgmlType::kF32, 896, 7168},
+      {"generic 7168->12288", GgmlType::kBF16, 12288, 7168},
+      {"generic 7168->12288", GgmlType::kF16, 12288, 7168},
+  };
+  for (const DirectCase& c : cases) RunDirectShape(c, csv);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -200,37 +380,59 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to time\n");
     return 0;
   }
+  bool direct = false, direct_only = false;
+  const char* csv_path = nullptr;
+  const char* direct_csv_path = nullptr;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--direct-only") {
+      direct = direct_only = true;
+    } else if (a == "--direct") {
+      direct = true;
+    } else if (a.rfind("--direct-csv=", 0) == 0) {
+      direct_csv_path = argv[i] + 13;
+    } else {
+      csv_path = argv[i];
+    }
+  }
   cudaDeviceProp prop{};
   CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, L2 %d MB; floor %.1f TB/s\n", prop.name, prop.multiProcessorCount,
               prop.l2CacheSize >> 20, kFloorTBs);
-  FILE* csv = argc > 1 ? std::fopen(argv[1], "w") : nullptr;
-  if (csv) std::fprintf(csv, "case,type,rows,cols,tokens,mats,bytes,single_us,single_gbs,stream_us,stream_gbs,floor_us,nonfinite\n");
-  const Case cases[] = {
-      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 1, 1, 1, true},
-      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 2, 1, 1, true},
-      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 4, 1, 1, true},
-      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 8, 1, 1, true},
-      {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 16, 1, 1, true},
-      {"attn_output 12288->7168", GgmlType::kQ8_0, 7168, 12288, 1, 1, 1, true},
-      {"shexp_gate 7168->6144", GgmlType::kQ8_0, 6144, 7168, 1, 1, 1, true},
-      {"routed_down 7168->3584", GgmlType::kQ8_0, 3584, 7168, 1, 1, 1, true},
-      {"router 7168->896", GgmlType::kF32, 896, 7168, 1, 1, 1, true},
-      {"expert gate 3584->3072 x1", GgmlType::kIQ1_S, 3072, 3584, 1, 1, 896, true},
-      {"expert gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true},
-      {"expert down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false},
-      {"expert gate x16, 4 tok", GgmlType::kIQ1_S, 3072, 3584, 4, 16, 896, false},
-      {"generic 7168->12288", GgmlType::kIQ2_XS, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kIQ2_XXS, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kQ2_K, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kQ3_K, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kQ4_K, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kQ5_K, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kQ6_K, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kBF16, 12288, 7168, 1, 1, 1, true},
-      {"generic 7168->12288", GgmlType::kF16, 12288, 7168, 1, 1, 1, true},
-  };
-  for (const Case& c : cases) RunCase(c, csv);
-  if (csv) std::fclose(csv);
+  if (!direct_only) {
+    FILE* csv = csv_path ? std::fopen(csv_path, "w") : nullptr;
+    if (csv) std::fprintf(csv, "case,type,rows,cols,tokens,mats,bytes,single_us,single_gbs,stream_us,stream_gbs,floor_us,nonfinite\n");
+    const Case cases[] = {
+        {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 1, 1, 1, true},
+        {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 2, 1, 1, true},
+        {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 4, 1, 1, true},
+        {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 8, 1, 1, true},
+        {"kda_qkvg_proj 7168->12288", GgmlType::kQ8_0, 12288, 7168, 16, 1, 1, true},
+        {"attn_output 12288->7168", GgmlType::kQ8_0, 7168, 12288, 1, 1, 1, true},
+        {"shexp_gate 7168->6144", GgmlType::kQ8_0, 6144, 7168, 1, 1, 1, true},
+        {"routed_down 7168->3584", GgmlType::kQ8_0, 3584, 7168, 1, 1, 1, true},
+        {"router 7168->896", GgmlType::kF32, 896, 7168, 1, 1, 1, true},
+        {"expert gate 3584->3072 x1", GgmlType::kIQ1_S, 3072, 3584, 1, 1, 896, true},
+        {"expert gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true},
+        {"expert down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false},
+        {"expert gate x16, 4 tok", GgmlType::kIQ1_S, 3072, 3584, 4, 16, 896, false},
+        {"generic 7168->12288", GgmlType::kIQ2_XS, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kIQ2_XXS, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kQ2_K, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kQ3_K, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kQ4_K, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kQ5_K, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kQ6_K, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kBF16, 12288, 7168, 1, 1, 1, true},
+        {"generic 7168->12288", GgmlType::kF16, 12288, 7168, 1, 1, 1, true},
+    };
+    for (const Case& c : cases) RunCase(c, csv);
+    if (csv) std::fclose(csv);
+  }
+  if (direct) {
+    FILE* dcsv = direct_csv_path ? std::fopen(direct_csv_path, "w") : nullptr;
+    RunDirectCases(dcsv);
+    if (dcsv) std::fclose(dcsv);
+  }
   return 0;
 }

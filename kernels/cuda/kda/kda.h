@@ -8,8 +8,8 @@
 
 namespace k3::cuda {
 
-// One token per sequence, every head (the same function as k3::cpu::KdaRecurrent with
-// n_tokens = 1, per sequence):
+// A run of n_tokens tokens per sequence (1 for decode, a prompt chunk for prefill), every head
+// (the same function as k3::cpu::KdaRecurrent, per sequence), token by token in order:
 //   S[i][j] *= exp(g[i]);  delta[j] = beta (v[j] - Σ_i S[i][j] k[i]);  S[i][j] += k[i] delta[j];
 //   o[j] = scale Σ_i S[i][j] q[i]        (read out from the updated state)
 struct KdaDecodeParams {
@@ -22,7 +22,8 @@ struct KdaDecodeParams {
   const float* v;               // [n_seqs][v_stride]: head h at h*dv
   const float* beta;            // [n_seqs][beta_stride]: one scalar per head
   float* out;                   // [n_seqs][out_stride]: head h at h*dv
-  int64_t n_seqs;               // sequences (one token each)
+  int64_t n_seqs;               // sequences
+  int64_t n_tokens = 1;         // tokens per sequence: row s * n_tokens + t of q, k, g, v, beta, out
   int64_t n_heads;              // heads of this rank
   int64_t dk;                   // key head dim, 1..128 (128)
   int64_t dv;                   // value head dim (128)

@@ -1,0 +1,197 @@
+// Host side of the dequantizing GEMM: validation, tile geometry, dispatch per format.
+#include "kernels/cuda/quant_gemm/quant_gemm.h"
+
+#include <mutex>
+#include <vector>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/quant_gemm/gemm_impl.cuh"
+
+namespace k3::cuda {
+namespace qgemm {
+
+cudaError_t PrepareGemmKernel(const void* kernel, int smem_bytes) {
+  struct Entry {
+    const void* kernel;
+    int device;
+    int smem;
+  };
+  static std::mutex mu;
+  static std::vector<Entry> done;
+  int dev = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  std::lock_guard<std::mutex> lock(mu);
+  for (const Entry& e : done) {
+    if (e.kernel == kernel && e.device == dev && e.smem >= smem_bytes) return cudaSuccess;
+  }
+  int optin = 0;
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+  cudaFuncAttributes attr{};
+  K3_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+  // The opt-in limit covers static + dynamic shared memory.
+  if (static_cast<size_t>(smem_bytes) + attr.sharedSizeBytes > static_cast<size_t>(optin)) {
+    return cudaErrorInvalidConfiguration;
+  }
+  K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  done.push_back({kernel, dev, smem_bytes});
+  return cudaSuccess;
+}
+
+namespace {
+
+GemmLaunchFn FindLaunch(quant::GgmlType type) {
+  using quant::GgmlType;
+  switch (type) {
+    case GgmlType::kF32: return GemmLaunchF32;
+    case GgmlType::kF16: return GemmLaunchF16;
+    case GgmlType::kBF16: return GemmLaunchBF16;
+    case GgmlType::kQ8_0: return GemmLaunchQ8_0;
+    case GgmlType::kQ4_0: return GemmLaunchQ4_0;
+    case GgmlType::kQ5_0: return GemmLaunchQ5_0;
+    case GgmlType::kIQ4_NL: return GemmLaunchIQ4_NL;
+    case GgmlType::kQ2_K: return GemmLaunchQ2_K;
+    case GgmlType::kQ3_K: return GemmLaunchQ3_K;
+    case GgmlType::kQ4_K: return GemmLaunchQ4_K;
+    case GgmlType::kQ5_K: return GemmLaunchQ5_K;
+    case GgmlType::kQ6_K: return GemmLaunchQ6_K;
+    case GgmlType::kIQ2_XXS: return GemmLaunchIQ2_XXS;
+    case GgmlType::kIQ2_XS: return GemmLaunchIQ2_XS;
+    case GgmlType::kIQ2_S: return GemmLaunchIQ2_S;
+    case GgmlType::kIQ3_XXS: return GemmLaunchIQ3_XXS;
+    case GgmlType::kIQ3_S: return GemmLaunchIQ3_S;
+    case GgmlType::kIQ1_S: return GemmLaunchIQ1_S;
+    case GgmlType::kIQ1_M: return GemmLaunchIQ1_M;
+    case GgmlType::kIQ4_XS: return GemmLaunchIQ4_XS;
+    default: return nullptr;
+  }
+}
+
+bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
+int64_t SourceRows(const QuantGemmParams& p) { return p.x_rows != nullptr ? p.x_src_rows : p.n_tokens; }
+
+size_t PlaneBytes(const QuantGemmParams& p) {
+  return static_cast<size_t>((SourceRows(p) * p.cols * 2 + 255) / 256 * 256);
+}
+
+// x f32 [n_src][x_stride] -> hi f16 [n_src][cols] (+ lo = f16((x - hi)·2^11) when split):
+// 8 elements per thread (two float4 loads, one 16-byte store per plane).
+constexpr int kConvThreads = 128;
+
+__global__ void __launch_bounds__(kConvThreads) XToHalfKernel(const float* __restrict__ x, int64_t x_stride,
+                                                              int32_t cols, __half* __restrict__ hi,
+                                                              __half* __restrict__ lo) {
+  const int64_t row = blockIdx.x;
+  const int64_t c = (static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x) * 8;
+  if (c >= cols) return;
+  const float4* src = reinterpret_cast<const float4*>(x + row * x_stride + c);
+  const float4 a = __ldg(src), b = __ldg(src + 1);
+  const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  uint4 h, l;
+  uint32_t* hp = &h.x;
+  uint32_t* lp = &l.x;
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const __half2 p = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
+    hp[k] = *reinterpret_cast<const uint32_t*>(&p);
+    if (lo != nullptr) {
+      // x - hi is exact (Sterbenz); scaled by 2^11 it stays <= |x| and clear of the f16 subnormals
+      // for |x| >= ~2^-12.
+      const float2 f = __half22float2(p);
+      lp[k] = PackHalf2((v[2 * k] - f.x) * kLoScale, (v[2 * k + 1] - f.y) * kLoScale);
+    }
+  }
+  *reinterpret_cast<uint4*>(hi + row * cols + c) = h;
+  if (lo != nullptr) *reinterpret_cast<uint4*>(lo + row * cols + c) = l;
+}
+
+}  // namespace
+}  // namespace qgemm
+
+bool QuantGemmSupports(quant::GgmlType type) { return qgemm::FindLaunch(type) != nullptr; }
+
+size_t QuantGemmWorkspaceBytes(const QuantGemmParams& p) {
+  if (p.cols <= 0 || qgemm::SourceRows(p) < 0) return 0;
+  return qgemm::PlaneBytes(p) * (p.split_x ? 2 : 1);
+}
+
+double QuantGemmFlops(const QuantGemmParams& p, int64_t grouped_rows) {
+  return 2.0 * static_cast<double>(p.rows) * static_cast<double>(p.cols) * static_cast<double>(grouped_rows);
+}
+
+cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
+  using namespace qgemm;
+  const GemmLaunchFn launch = FindLaunch(p.type);
+  if (launch == nullptr) return cudaErrorInvalidValue;
+  const quant::TypeTraits& tr = quant::Traits(p.type);
+  const int64_t be = tr.block_elems, bb = tr.block_bytes;
+  if (p.rows < 0 || p.cols <= 0 || p.n_tokens < 0 || p.n_groups < 1) return cudaErrorInvalidValue;
+  if (p.group_offsets == nullptr && p.n_groups != 1) return cudaErrorInvalidValue;
+  if (p.cols % be != 0 || p.cols % 32 != 0 || p.cols > (int64_t{1} << 25)) return cudaErrorInvalidValue;
+  if (static_cast<int64_t>(p.row_bytes) != p.cols / be * bb) return cudaErrorInvalidValue;
+  if (p.rows > (int64_t{1} << 31) - kBM || p.n_tokens > 0x7fffffff || p.n_groups > 0x7fffffff - 1) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
+  if (!Aligned16(p.weight) || !Aligned16(p.x)) return cudaErrorMisalignedAddress;
+  if ((p.n_groups > 1 || p.mat_ids != nullptr) &&
+      (p.mat_stride_bytes % 16 != 0 || p.mat_stride_bytes < p.rows * static_cast<int64_t>(p.row_bytes))) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.y_stride < p.rows) return cudaErrorInvalidValue;
+  if (p.x_rows != nullptr && (p.x_src_rows < 1 || p.x_src_rows > 0x7fffffff)) return cudaErrorInvalidValue;
+  if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
+  if (p.workspace == nullptr || p.workspace_bytes < QuantGemmWorkspaceBytes(p)) return cudaErrorInvalidValue;
+  if ((reinterpret_cast<uintptr_t>(p.workspace) & 255u) != 0) return cudaErrorMisalignedAddress;
+
+  const bool grouped = p.group_offsets != nullptr;
+  const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
+  // Token tiles of 64 for grouped products (short groups), 128 for plain ones. (64 for plain
+  // grids below one wave was measured slower: attn_output T=512 157 -> 119 TFLOP/s, the router
+  // at T=4096 70 -> 40: the 128-token block amortizes its decode over twice the tokens.)
+  const bool small_tiles = grouped;
+  const int64_t bn = small_tiles ? kTokensGrouped : kTokensPlain;
+  Args a{};
+  a.w = static_cast<const uint8_t*>(p.weight);
+  a.mat_stride = p.mat_stride_bytes;
+  a.mat_ids = p.mat_ids;
+  a.rows = p.rows;
+  a.row_bytes = static_cast<int64_t>(p.row_bytes);
+  a.mat_bytes = p.rows * static_cast<int64_t>(p.row_bytes);
+  a.cols = static_cast<int32_t>(p.cols);
+  a.n_steps = static_cast<int32_t>((p.cols + kBK - 1) / kBK);
+  a.bpr = static_cast<int32_t>(p.cols / be);
+  int chunk_blocks = 1;
+  qgemv::VisitFormat(p.type, [&](auto f) {
+    using F = decltype(f);
+    chunk_blocks = Geo<F>::kChunkBlocks;
+    a.table_bytes = qgemv::TableBytes<F>();
+  });
+  a.n_chunks = (a.bpr + chunk_blocks - 1) / chunk_blocks;
+  a.row_tiles = static_cast<int32_t>(row_tiles);
+  a.band = grouped ? a.row_tiles : (a.row_tiles < kBandPlain ? a.row_tiles : kBandPlain);
+  // Grouped: group g's rows need at most floor(off[g+1]/BN) - floor(off[g]/BN) + 1 tiles, which
+  // sum to at most floor(n_tokens/BN) + n_groups.
+  a.token_tiles = (p.n_tokens + bn - 1) / bn + (grouped ? p.n_groups : 0);
+  const int64_t n_src = SourceRows(p);
+  __half* const xh = static_cast<__half*>(p.workspace);
+  __half* const xl = p.split_x ? reinterpret_cast<__half*>(static_cast<uint8_t*>(p.workspace) + PlaneBytes(p)) : nullptr;
+  a.xh = xh;
+  a.xl = xl;
+  a.n_src = n_src;
+  a.x_rows = p.x_rows;
+  a.y = p.y;
+  a.y_stride = p.y_stride;
+  a.n_tokens = p.n_tokens;
+  a.n_groups = static_cast<int32_t>(p.n_groups);
+  a.group_offsets = p.group_offsets;
+  if (static_cast<int64_t>(a.row_tiles) * a.token_tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t conv_col_blocks = (p.cols / 8 + kConvThreads - 1) / kConvThreads;
+  XToHalfKernel<<<dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)), kConvThreads, 0, stream>>>(
+      p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl);
+  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, stream));
+  return cudaSuccess;
+}
+
+}  // namespace k3::cuda

@@ -1,0 +1,126 @@
+// Dequantizing matrix-matrix products on tensor cores, for PREFILL (many tokens):
+//   y[p][r] = Σ_c W[r][c] · x[row(p)][c]      for r < rows, p < n_tokens
+// with W in any ggml type the GPU GEMV decodes (quant_gemv/decode.cuh: the same 20 types as
+// k3::quant::CanDequantize), f32 activations, f32 accumulation. Weights are decoded on the fly
+// (f32 a·v + b, exactly the CPU decoder's value) and rounded to f16; activations are rounded to
+// f16 (or, with split_x, carried as two f16 halves hi + lo); products run on mma.sync
+// m16n8k16 with f32 accumulation. The same function as k3::quant::MatMul up to that rounding.
+// Per output, with L1 = Σ_c |W[r][c] x[c]| and L2 = sqrt(Σ_c (W[r][c] x[c])²):
+//   worst case    |y - y_cpu| <= ~2^-10 · L1 (every rounding at its bound), ~2^-11 · L1 with
+//                 split_x (x keeps ~22 bits: only the weights are rounded);
+//   in practice   rms ~3e-4 · L2, max ~1.7e-3 · L2 over millions of outputs (measured on the H200
+//                 on the K3 shapes; split_x ~2/3 of that, ~1e-6 · L2 when the weights are exact
+//                 in f16: F16, BF16). For random-sign terms |y| ~ L2, so that is a relative error
+//                 of a few 1e-4 (tests/cuda/quant_gemm_test.cc emulates the roundings on the host).
+// Activations must be finite and |x| < 65504 (the f16 range); weights likewise (any K3 weight is).
+// Design and measured rates: kernels/cuda/README.md, "Quant GEMM (prefill)".
+//
+// Grouped form (MoE experts): n_groups matrices of one shape, matrix g at
+//   weight + (mat_ids ? mat_ids[g] : g) * mat_stride_bytes,
+// and a grouped token sequence of n_tokens rows in which group g owns rows
+// [group_offsets[g], group_offsets[g+1]). group_offsets lives on the device (MoeGroupTokens
+// computes it), so the launch geometry uses only n_tokens (an upper bound of the total) and
+// n_groups: every launcher here can be captured in a CUDA graph. Row p of the sequence reads
+// activation row x_rows ? x_rows[p] : p and writes y row p. Rows at or past
+// group_offsets[n_groups] are not written.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/quant/ggml_type.h"
+
+namespace k3::cuda {
+
+struct QuantGemmParams {
+  quant::GgmlType type;               // weight type; QuantGemmSupports(type) must hold
+  const void* weight;                 // [matrices][rows][row_bytes] device, 16-byte aligned
+  int64_t rows;                       // output rows per matrix (ne[1]); any count >= 0
+  int64_t cols;                       // input width (ne[0]): whole blocks of the type, multiple of 32, <= 2^25
+  size_t row_bytes;                   // bytes per row; must equal cols / block_elems * block_bytes
+  int64_t mat_stride_bytes = 0;       // bytes between matrices (grouped); multiple of 16, >= rows*row_bytes
+  const int32_t* mat_ids = nullptr;   // [n_groups] device: matrix of group g, or nullptr = g
+  const float* x;                     // [*][x_stride] device f32, 16-byte aligned
+  int64_t x_stride;                   // floats between activation rows; multiple of 4, >= cols
+  const int32_t* x_rows = nullptr;    // [n_tokens] device: activation row of sequence row p, or nullptr = p
+                                      // (a negative entry reads zeros)
+  float* y;                           // [n_tokens][y_stride] device f32
+  int64_t y_stride;                   // floats between output rows, >= rows
+  int64_t n_tokens;                   // rows of the (grouped) sequence: the exact count for a plain
+                                      // product, an upper bound of group_offsets[n_groups] when grouped
+  int64_t n_groups = 1;               // matrices / groups (experts); 1 for a plain product
+  const int32_t* group_offsets = nullptr;  // [n_groups + 1] device, non-decreasing, [0] = 0 and
+                                           // [n_groups] <= n_tokens; nullptr = one group of all
+                                           // n_tokens rows (then n_groups must be 1)
+  int64_t x_src_rows = 0;             // with x_rows: rows of x it may name (x is [x_src_rows][x_stride]);
+                                      // ignored without x_rows (x then has n_tokens rows)
+  bool split_x = false;               // x = hi + lo (two f16 halves, two products): activations keep
+                                      // ~22 bits; about half the tensor-core rate
+  void* workspace = nullptr;          // device scratch, 256-byte aligned, >= QuantGemmWorkspaceBytes(*this)
+                                      // bytes: the f16 copy of x (rounded once, read by every row tile)
+  size_t workspace_bytes = 0;         // its size
+};
+
+// Scratch QuantGemm needs for `p` (type, cols, n_tokens, x_rows, x_src_rows, split_x matter):
+// (x_rows ? x_src_rows : n_tokens) · cols · 2 bytes, twice with split_x, rounded up to 256.
+size_t QuantGemmWorkspaceBytes(const QuantGemmParams& p);
+
+// True for every type with a GPU decoder (the same set as QuantGemvSupports).
+bool QuantGemmSupports(quant::GgmlType type);
+
+// Launches the product on `stream`: a pre-pass rounding x to f16 into the workspace, then the
+// product. cudaErrorInvalidValue (or cudaErrorMisalignedAddress) for a bad shape, type, stride,
+// pointer, alignment or a short workspace, nothing launched then; otherwise the launch's error, if
+// any. No allocation, no host synchronization: capturable in a CUDA graph.
+cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream);
+
+// Multiply-adds ×2 the launch does for `grouped_rows` sequence rows: 2 · rows · cols · grouped_rows
+// (the numerator of a TFLOP/s figure).
+double QuantGemmFlops(const QuantGemmParams& p, int64_t grouped_rows);
+
+// ---- MoE token grouping and combination -------------------------------------------------------
+
+// Groups the router's choices by expert for the grouped QuantGemm, deterministically: grouped
+// position p runs over expert 0's (token, choice) pairs, then expert 1's, ...; within an expert
+// by token, then choice (i.e. by flat index t·k + j). Three small kernels (per-chunk counts,
+// one-block scan, per-chunk stable placement); no atomics whose order could matter.
+struct MoeGroupParams {
+  const int32_t* ids;        // [n_tokens][k] device: chosen expert (global index)
+  int64_t n_tokens;          // tokens (rows of ids), >= 0
+  int64_t k;                 // choices per token, 1..64
+  int64_t n_experts;         // experts on this rank, 1..4096: local index = id - expert_begin
+  int32_t expert_begin = 0;  // first expert of this rank; ids outside [expert_begin,
+                             // expert_begin + n_experts) (-1 included) are not on this rank
+  int32_t* group_offsets;    // [n_experts + 1] out: exclusive prefix sum of the per-expert counts
+  int32_t* x_rows;           // [n_tokens * k] out: grouped position p -> token row (entries at or
+                             // past group_offsets[n_experts] are left untouched)
+  int32_t* slot_of;          // [n_tokens * k] out: (t, j) -> its grouped position p, or -1
+  void* workspace;           // device scratch of MoeGroupWorkspaceBytes(n_tokens, k, n_experts) bytes
+};
+
+// Scratch bytes MoeGroupTokens needs (a multiple of 256).
+size_t MoeGroupWorkspaceBytes(int64_t n_tokens, int64_t k, int64_t n_experts);
+
+cudaError_t MoeGroupTokens(const MoeGroupParams& p, cudaStream_t stream);
+
+// out[t][c] (+)= Σ_j weights[t][j] · y[slot_of[t][j]][c] over the choices with slot >= 0 (0 when
+// none), summed in increasing slot order, i.e. in expert-index order like the CPU engine
+// (worker/engine/ffn_layers.cc): out = ((0 + w·y) + w·y) + ..., each term w·y rounded, then added.
+struct MoeCombineParams {
+  const float* y;          // [n_grouped][y_stride] device: the grouped expert outputs
+  int64_t y_stride;        // floats between rows of y, >= cols
+  const int32_t* slot_of;  // [n_tokens][k] device (MoeGroupTokens' output)
+  const float* weights;    // [n_tokens][k] device: the router's weights
+  int64_t n_tokens;        // >= 0
+  int64_t k;               // 1..64
+  int64_t cols;            // width of a row, >= 1
+  float* out;              // [n_tokens][out_stride] device
+  int64_t out_stride;      // >= cols
+  bool accumulate = false; // add to out instead of overwriting it
+};
+
+cudaError_t MoeCombineGrouped(const MoeCombineParams& p, cudaStream_t stream);
+
+}  // namespace k3::cuda

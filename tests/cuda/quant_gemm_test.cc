@@ -1,0 +1,502 @@
+// QuantGemm (tensor-core prefill products) against k3::quant::MatMul, the CPU reference, on random
+// weights of every type and on the real K3 shapes: Q8_0 7168 -> 12288 (600 tokens) and
+// 12288 -> 7168, the F32 router 7168 -> 896, and IQ1_S experts 3584 <-> 3072 grouped over 896
+// experts with uneven (and empty) groups. y is poisoned with NaN before each call: padding
+// columns (y_stride > rows) and sequence rows past the groups' total must stay NaN.
+//
+// Tolerance per output y[t][r], with L1 = Σ_c |w_c x_c| and L2 = sqrt(Σ_c (w_c x_c)²):
+//   |y - y_cpu| <= c2 · L2 + c1 · L1.
+// Rounding w and x to f16 (round to nearest, unit roundoff u = 2^-11) perturbs each term by a
+// relative δ_c, |δ_c| <= 2u, mean 0, independent across c: the error is a random sum with a
+// standard deviation of a few 1e-4 · L2. Emulating the roundings on the host (RandomQuantRows
+// weights, N(0,1) x, every type, 3584 and 12288 columns, 1024 outputs each) gave
+//   max |err| / L2 = 0.9e-3 .. 1.3e-3 (rms ~3.5e-4) without split_x, 0.6e-3 .. 0.86e-3 with it
+//   (the weights are still rounded), ~1.5e-7 with split_x when the weights are exact in f16 (F16,
+//   BF16); max |err| / L1 <= 3.7e-5, where the worst case (every δ at its bound) is 2u = 9.8e-4.
+// On the H200 the largest |err| / L2 over all these tests is 1.7e-3 (the real K3 shapes).
+// c2 = 4e-3 (plain) and 3e-3 (split) are ~10 standard deviations; c1 = 1e-5 covers the f32
+// accumulation (about K/16 tensor-core additions per output). With F16/BF16 weights and split_x
+// only the accumulation remains: c2 = 2e-4, c1 = 1e-6, which a split that dropped the low half
+// would fail by far. A wrong run of 8 weights moves y by ~L2·sqrt(8/cols) (3e-2·L2 at 7168
+// columns): caught, where the worst-case bound 1e-3·L1 (~0.07·L2 at 7168) would not catch it.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/quant/dequantize.h"
+#include "kernels/quant/dot.h"
+#include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/quant_random.h"
+
+namespace k3::cuda::testing {
+namespace {
+
+using quant::GgmlType;
+
+size_t RowBytes(GgmlType type, int64_t cols) {
+  const quant::TypeTraits& tr = quant::Traits(type);
+  return static_cast<size_t>(cols / tr.block_elems) * tr.block_bytes;
+}
+
+// CPU product of one matrix with n_tok rows of x (dense [n_tok][x_stride]): y [n_tok][rows] and
+// the per-output L1 = Σ|w x| and L2 = sqrt(Σ (w x)²), both through quant::MatMul (F32) on |W|, |x|
+// and W², x².
+struct Ref {
+  std::vector<float> y;
+  std::vector<float> l1, l2;
+};
+
+Ref CpuProduct(GgmlType type, const uint8_t* mat, int64_t rows, int64_t cols, const float* x, int64_t n_tok,
+               int64_t x_stride) {
+  Ref r;
+  const size_t row_bytes = RowBytes(type, cols);
+  r.y.resize(n_tok * rows);
+  r.l1.resize(n_tok * rows);
+  r.l2.resize(n_tok * rows);
+  if (n_tok == 0) return r;
+  quant::MatMul({type, mat, rows, cols, row_bytes}, x, n_tok, x_stride, r.y.data(), rows);
+  std::vector<float> w(rows * cols), xa(n_tok * cols);
+  for (int64_t i = 0; i < rows; ++i) quant::DequantizeRow(type, mat + i * row_bytes, w.data() + i * cols, cols);
+  for (float& v : w) v = std::fabs(v);
+  for (int64_t t = 0; t < n_tok; ++t) {
+    for (int64_t c = 0; c < cols; ++c) xa[t * cols + c] = std::fabs(x[t * x_stride + c]);
+  }
+  const size_t f32_row = static_cast<size_t>(cols) * 4;
+  quant::MatMul({GgmlType::kF32, w.data(), rows, cols, f32_row}, xa.data(), n_tok, cols, r.l1.data(), rows);
+  for (float& v : w) v *= v;
+  for (float& v : xa) v *= v;
+  quant::MatMul({GgmlType::kF32, w.data(), rows, cols, f32_row}, xa.data(), n_tok, cols, r.l2.data(), rows);
+  for (float& v : r.l2) v = std::sqrt(v);
+  return r;
+}
+
+struct Tol {
+  double c2, c1;
+};
+Tol TolFor(GgmlType type, bool split) {
+  if (split && (type == GgmlType::kF16 || type == GgmlType::kBF16)) return {2e-4, 1e-6};
+  return split ? Tol{3e-3, 1e-5} : Tol{4e-3, 1e-5};
+}
+
+// Compares rows [0, n) of y (stride y_stride, device rows given by `rows_at`) with ref, and checks
+// the padding columns [rows, y_stride) are still NaN. Prints the worst |err| / L2.
+::testing::AssertionResult CheckRows(const std::vector<float>& y, int64_t y_stride, const std::vector<int64_t>& rows_at,
+                                     const Ref& ref, int64_t rows, Tol tol, const std::string& what) {
+  int64_t bad = 0, pad_written = 0;
+  double worst = 0.0;
+  std::string first;
+  for (size_t t = 0; t < rows_at.size(); ++t) {
+    const float* yt = y.data() + rows_at[t] * y_stride;
+    for (int64_t r = 0; r < rows; ++r) {
+      const size_t i = t * rows + r;
+      const double want = ref.y[i], got = yt[r];
+      const double err = std::fabs(got - want);
+      const double lim = tol.c2 * ref.l2[i] + tol.c1 * ref.l1[i] + 1e-30;
+      if (ref.l2[i] > 0) worst = std::max(worst, err / ref.l2[i]);
+      if (!(err <= lim)) {
+        if (bad < 5) {
+          first += "\n  seq row " + std::to_string(rows_at[t]) + " out " + std::to_string(r) + ": got " +
+                   std::to_string(got) + " want " + std::to_string(want) + " tol " + std::to_string(lim);
+        }
+        ++bad;
+      }
+    }
+    for (int64_t r = rows; r < y_stride; ++r) pad_written += !std::isnan(yt[r]);
+  }
+  std::printf("  [gemm accuracy] %s: max |err|/L2 = %.3g over %zu x %lld outputs\n", what.c_str(), worst,
+              rows_at.size(), static_cast<long long>(rows));
+  if (bad == 0 && pad_written == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << what << ": " << bad << " outputs out of tolerance, " << pad_written
+                                       << " padding values written; max |err|/L2 " << worst << first;
+}
+
+// ---- plain products ----
+
+struct PlainCase {
+  GgmlType type;
+  int64_t rows, cols, n_tokens;
+  bool split = false;
+};
+
+void RunPlain(const PlainCase& c, uint64_t seed) {
+  const std::string what = std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" +
+                           std::to_string(c.rows) + " tokens " + std::to_string(c.n_tokens) + (c.split ? " split" : "");
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const size_t row_bytes = RowBytes(c.type, c.cols);
+  const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, rng);
+  const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
+  const std::vector<float> x = Normal(rng, std::max<int64_t>(c.n_tokens, 1) * x_stride, 0.0, 1.0);
+
+  DeviceBuffer<uint8_t> d_w(w);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<float> d_y(static_cast<size_t>(std::max<int64_t>(c.n_tokens, 1) * y_stride));
+  d_y.Poison();
+  QuantGemmParams p;
+  p.type = c.type;
+  p.weight = d_w.get();
+  p.rows = c.rows;
+  p.cols = c.cols;
+  p.row_bytes = row_bytes;
+  p.x = d_x.get();
+  p.x_stride = x_stride;
+  p.y = d_y.get();
+  p.y_stride = y_stride;
+  p.n_tokens = c.n_tokens;
+  p.split_x = c.split;
+  DeviceBuffer<uint8_t> d_ws(std::max<size_t>(QuantGemmWorkspaceBytes(p), 1));
+  p.workspace = d_ws.get();
+  p.workspace_bytes = d_ws.size();
+  K3_ASSERT_LAUNCH(QuantGemm(p, nullptr));
+  const std::vector<float> y = d_y.Download();
+  const Ref ref = CpuProduct(c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, x_stride);
+  std::vector<int64_t> at(c.n_tokens);
+  std::iota(at.begin(), at.end(), 0);
+  EXPECT_TRUE(CheckRows(y, y_stride, at, ref, c.rows, TolFor(c.type, c.split), what));
+}
+
+TEST(QuantGemmTest, EveryTypeSmallShapes) {
+  K3_REQUIRE_GPU();
+  uint64_t seed = 2000;
+  for (GgmlType type : AllGpuTypes()) {
+    // 200 rows: a partial second row tile; 512 columns: 2 super-blocks / 16 blocks of 32;
+    // 1, 17, 130 tokens: partial token tiles (130 = 128 + 2).
+    for (int64_t tokens : {1, 17, 130}) {
+      RunPlain({type, 200, 512, tokens, false}, ++seed);
+      RunPlain({type, 200, 512, tokens, true}, ++seed);
+    }
+  }
+}
+
+TEST(QuantGemmTest, OddWidthsAndTinyShapes) {
+  K3_REQUIRE_GPU();
+  // 96 columns: the last K step holds only 32 valid elements (one Q8_0 block in its chunk);
+  // 32: a single half step; 1..3 rows; rows 129 = one row past a tile.
+  uint64_t seed = 3000;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kQ4_0, GgmlType::kQ5_0, GgmlType::kIQ4_NL, GgmlType::kF32,
+                        GgmlType::kF16, GgmlType::kBF16}) {
+    RunPlain({type, 129, 96, 5}, ++seed);
+    RunPlain({type, 3, 32, 129}, ++seed);
+    RunPlain({type, 1, 160, 1, true}, ++seed);
+  }
+  RunPlain({GgmlType::kIQ1_S, 1, 256, 1}, ++seed);
+  RunPlain({GgmlType::kQ6_K, 255, 256, 255}, ++seed);
+  RunPlain({GgmlType::kIQ2_XXS, 257, 768, 64}, ++seed);
+}
+
+TEST(QuantGemmTest, LargeGridsUse128TokenTiles) {
+  K3_REQUIRE_GPU();
+  // 4168 rows (33 row tiles, the last partial) x 1100 tokens (9 tiles of 128, the last partial):
+  // a grid large enough for the 128-token tiles, with and without split_x.
+  uint64_t seed = 5000;
+  for (GgmlType type : {GgmlType::kQ8_0, GgmlType::kIQ1_S, GgmlType::kF32, GgmlType::kQ4_K, GgmlType::kIQ4_NL}) {
+    RunPlain({type, 4168, 512, 1100, false}, ++seed);
+    RunPlain({type, 4168, 512, 1100, true}, ++seed);
+  }
+}
+
+TEST(QuantGemmTest, K3ProjectionQ8_0_7168To12288) {
+  K3_REQUIRE_GPU();
+  RunPlain({GgmlType::kQ8_0, 12288, 7168, 600}, 1);
+  RunPlain({GgmlType::kQ8_0, 12288, 7168, 77, true}, 2);
+}
+
+TEST(QuantGemmTest, K3OutputProjectionQ8_0_12288To7168) {
+  K3_REQUIRE_GPU();
+  RunPlain({GgmlType::kQ8_0, 7168, 12288, 130}, 3);
+  RunPlain({GgmlType::kQ8_0, 7168, 12288, 40, true}, 4);
+}
+
+TEST(QuantGemmTest, K3RouterF32_7168To896) {
+  K3_REQUIRE_GPU();
+  RunPlain({GgmlType::kF32, 896, 7168, 100}, 5);
+  RunPlain({GgmlType::kF32, 896, 7168, 100, true}, 6);
+}
+
+// ---- grouped (expert) products ----
+
+// The CPU grouping (MoeGroupTokens' contract): position p runs over expert 0's (token, choice)
+// pairs in flat order, then expert 1's...
+void GroupOnHost(const std::vector<int32_t>& ids, int64_t k, int64_t n_experts, std::vector<int32_t>& offsets,
+                 std::vector<int32_t>& x_rows) {
+  offsets.assign(n_experts + 1, 0);
+  for (int32_t e : ids) {
+    if (e >= 0 && e < n_experts) ++offsets[e + 1];
+  }
+  for (int64_t e = 0; e < n_experts; ++e) offsets[e + 1] += offsets[e];
+  std::vector<int32_t> next(offsets.begin(), offsets.end() - 1);
+  x_rows.assign(offsets[n_experts], -1);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (ids[i] >= 0 && ids[i] < n_experts) x_rows[next[ids[i]]++] = static_cast<int32_t>(i / k);
+  }
+}
+
+struct GroupedCase {
+  GgmlType type;
+  int64_t rows, cols;
+  int64_t n_src;          // activation rows (tokens)
+  std::vector<int32_t> offsets;  // [n_groups + 1]
+  std::vector<int32_t> x_rows;   // [offsets.back()]
+  int64_t n_tokens_bound; // >= offsets.back()
+  int64_t n_pool;         // distinct matrices; groups pick one through mat_ids (0: none, matrix g)
+  bool split = false;
+};
+
+void RunGrouped(const GroupedCase& c, uint64_t seed) {
+  const int64_t n_groups = static_cast<int64_t>(c.offsets.size()) - 1;
+  const int64_t total = c.offsets.back();
+  const std::string what = std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" +
+                           std::to_string(c.rows) + " grouped " + std::to_string(n_groups) + " groups, " +
+                           std::to_string(total) + " rows" + (c.split ? " split" : "");
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const size_t row_bytes = RowBytes(c.type, c.cols);
+  const size_t mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
+  const int64_t n_mats = c.n_pool > 0 ? c.n_pool : n_groups;
+  std::vector<uint8_t> pool(mat_stride * n_mats);
+  for (int64_t m = 0; m < n_mats; ++m) {
+    const auto mat = RandomQuantRows(c.type, c.rows, c.cols, rng);
+    std::copy(mat.begin(), mat.end(), pool.begin() + m * mat_stride);
+  }
+  std::vector<int32_t> mat_of(n_groups);
+  for (int64_t g = 0; g < n_groups; ++g) mat_of[g] = c.n_pool > 0 ? static_cast<int32_t>(rng() % c.n_pool) : g;
+  const int64_t x_stride = c.cols + 8, y_stride = c.rows + 1;
+  const std::vector<float> x = Normal(rng, c.n_src * x_stride, 0.0, 1.0);
+  std::vector<int32_t> x_rows(c.n_tokens_bound, -7);  // entries past the total are never read
+  std::copy(c.x_rows.begin(), c.x_rows.end(), x_rows.begin());
+
+  DeviceBuffer<uint8_t> d_w(pool);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<int32_t> d_ids(mat_of), d_off(c.offsets), d_rows(x_rows);
+  DeviceBuffer<float> d_y(static_cast<size_t>(c.n_tokens_bound * y_stride));
+  d_y.Poison();
+  QuantGemmParams p;
+  p.type = c.type;
+  p.weight = d_w.get();
+  p.rows = c.rows;
+  p.cols = c.cols;
+  p.row_bytes = row_bytes;
+  p.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  p.mat_ids = c.n_pool > 0 ? d_ids.get() : nullptr;
+  p.x = d_x.get();
+  p.x_stride = x_stride;
+  p.x_rows = d_rows.get();
+  p.y = d_y.get();
+  p.y_stride = y_stride;
+  p.n_tokens = c.n_tokens_bound;
+  p.n_groups = n_groups;
+  p.group_offsets = d_off.get();
+  p.split_x = c.split;
+  p.x_src_rows = c.n_src;
+  DeviceBuffer<uint8_t> d_ws(QuantGemmWorkspaceBytes(p));
+  p.workspace = d_ws.get();
+  p.workspace_bytes = d_ws.size();
+  K3_ASSERT_LAUNCH(QuantGemm(p, nullptr));
+  const std::vector<float> y = d_y.Download();
+
+  // Per distinct matrix: gather the rows of every group using it, one CPU product.
+  std::vector<std::vector<int64_t>> rows_of(n_mats);
+  for (int64_t g = 0; g < n_groups; ++g) {
+    for (int64_t q = c.offsets[g]; q < c.offsets[g + 1]; ++q) rows_of[mat_of[g]].push_back(q);
+  }
+  const Tol tol = TolFor(c.type, c.split);
+  for (int64_t m = 0; m < n_mats; ++m) {
+    const auto& at = rows_of[m];
+    if (at.empty()) continue;
+    std::vector<float> xg(at.size() * c.cols, 0.0f);
+    for (size_t i = 0; i < at.size(); ++i) {
+      const int32_t src = x_rows[at[i]];
+      if (src >= 0) std::copy(&x[src * x_stride], &x[src * x_stride] + c.cols, &xg[i * c.cols]);
+    }
+    const Ref ref = CpuProduct(c.type, pool.data() + m * mat_stride, c.rows, c.cols, xg.data(),
+                               static_cast<int64_t>(at.size()), c.cols);
+    EXPECT_TRUE(CheckRows(y, y_stride, at, ref, c.rows, tol, what + " matrix " + std::to_string(m)));
+  }
+  int64_t past_written = 0;
+  for (int64_t q = total; q < c.n_tokens_bound; ++q) {
+    for (int64_t r = 0; r < y_stride; ++r) past_written += !std::isnan(y[q * y_stride + r]);
+  }
+  EXPECT_EQ(past_written, 0) << "rows past the groups' total were written";
+}
+
+// Routes n_src tokens to k distinct experts each, with uneven expert popularity (log-normal) and
+// a share of experts never chosen; returns the grouping.
+void RandomRouting(int64_t n_src, int64_t k, int64_t n_experts, double empty_share, std::mt19937_64& rng,
+                   std::vector<int32_t>& offsets, std::vector<int32_t>& x_rows) {
+  std::normal_distribution<double> nd(0.0, 1.5);
+  std::uniform_real_distribution<double> ud(0.0, 1.0);
+  std::vector<double> weight(n_experts);
+  for (auto& w : weight) w = ud(rng) < empty_share ? 0.0 : std::exp(nd(rng));
+  std::vector<int32_t> ids(n_src * k);
+  for (int64_t t = 0; t < n_src; ++t) {
+    std::vector<double> w = weight;
+    for (int64_t j = 0; j < k; ++j) {
+      std::discrete_distribution<int> pick(w.begin(), w.end());
+      const int e = pick(rng);
+      ids[t * k + j] = e;
+      w[e] = 0.0;  // distinct experts per token
+    }
+  }
+  GroupOnHost(ids, k, n_experts, offsets, x_rows);
+}
+
+TEST(QuantGemmTest, GroupedEdgeCases) {
+  K3_REQUIRE_GPU();
+  // Groups of 0, 1, 63, 64, 65, 130 rows (tile edges at 64), empty first and last groups, a
+  // bound above the total, a negative x row (reads zeros), matrices without mat_ids.
+  std::vector<int32_t> sizes = {0, 1, 63, 64, 0, 65, 130, 7, 0};
+  std::vector<int32_t> off(1, 0);
+  for (int32_t s : sizes) off.push_back(off.back() + s);
+  std::mt19937_64 rng(11);
+  uint64_t seed = 4000;
+  for (GgmlType type : {GgmlType::kIQ1_S, GgmlType::kQ8_0, GgmlType::kF32, GgmlType::kQ4_K, GgmlType::kIQ3_S}) {
+    std::vector<int32_t> xr(off.back());
+    for (auto& r : xr) r = static_cast<int32_t>(rng() % 50);
+    xr[70] = -1;
+    for (bool split : {false, true}) {
+      RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, split}, ++seed);
+    }
+  }
+}
+
+TEST(QuantGemmTest, GroupedK3ExpertsIQ1S) {
+  K3_REQUIRE_GPU();
+  // T = 512 tokens, top-16 of 896 experts (~9 rows per expert on average, very uneven, 10% of
+  // experts empty); 32 distinct weight matrices in memory, picked per expert through mat_ids.
+  std::mt19937_64 rng(12);
+  std::vector<int32_t> off, xr;
+  RandomRouting(512, 16, 896, 0.1, rng, off, xr);
+  RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, false}, 21);  // gate / up
+  RunGrouped({GgmlType::kIQ1_S, 3584, 3072, 512, off, xr, 512 * 16, 32, false}, 22);  // down
+  RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, true}, 23);
+  // T = 4096 on 64 experts (~1000 rows per expert): long groups, many tiles each.
+  RandomRouting(4096, 2, 64, 0.05, rng, off, xr);
+  RunGrouped({GgmlType::kIQ1_S, 512, 3584, 4096, off, xr, 4096 * 2 + 5, 8, false}, 24);
+}
+
+TEST(QuantGemmTest, GraphCaptureAndReplay) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(31);
+  const int64_t rows = 256, cols = 1024, n = 200;
+  const auto w = RandomQuantRows(GgmlType::kQ8_0, rows, cols, rng);
+  const auto x = Normal(rng, n * cols, 0.0, 1.0);
+  DeviceBuffer<uint8_t> d_w(w);
+  DeviceBuffer<float> d_x(x), d_y(n * rows), d_y2(n * rows);
+  QuantGemmParams p;
+  p.type = GgmlType::kQ8_0;
+  p.weight = d_w.get();
+  p.rows = rows;
+  p.cols = cols;
+  p.row_bytes = RowBytes(p.type, cols);
+  p.x = d_x.get();
+  p.x_stride = cols;
+  p.y = d_y.get();
+  p.y_stride = rows;
+  p.n_tokens = n;
+  DeviceBuffer<uint8_t> ws(QuantGemmWorkspaceBytes(p));
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.size();
+  K3_ASSERT_LAUNCH(QuantGemm(p, nullptr));  // first call outside capture (sets kernel attributes)
+  cudaStream_t stream;
+  K3_ASSERT_CUDA(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  cudaGraph_t graph;
+  cudaGraphExec_t exec;
+  K3_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  p.y = d_y2.get();
+  const cudaError_t e = QuantGemm(p, stream);
+  K3_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
+  K3_ASSERT_CUDA(e);
+  K3_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
+  d_y2.Poison();
+  K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+  K3_ASSERT_CUDA(cudaStreamSynchronize(stream));
+  EXPECT_TRUE(BitEqual(d_y.Download().data(), d_y2.Download().data(), n * rows));
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(stream);
+}
+
+TEST(QuantGemmTest, RejectsBadArguments) {
+  K3_REQUIRE_GPU();
+  DeviceBuffer<uint8_t> w(34 * 8 * 4 + 64);
+  DeviceBuffer<float> x(1024), y(64);
+  DeviceBuffer<int32_t> off(4);
+  QuantGemmParams p;
+  p.type = GgmlType::kQ8_0;
+  p.weight = w.get();
+  p.rows = 4;
+  p.cols = 256;
+  p.row_bytes = 34 * 8;
+  p.x = x.get();
+  p.x_stride = 256;
+  p.y = y.get();
+  p.y_stride = 4;
+  p.n_tokens = 2;
+  DeviceBuffer<uint8_t> ws(4096);
+  p.workspace = ws.get();
+  p.workspace_bytes = ws.size();
+  EXPECT_EQ(QuantGemm(p, nullptr), cudaSuccess);
+  K3_ASSERT_CUDA(cudaDeviceSynchronize());
+  QuantGemmParams bad = p;
+  bad.row_bytes = 34 * 8 + 2;  // not dense
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.x = x.get() + 1;  // misaligned activations
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorMisalignedAddress);
+  bad = p;
+  bad.weight = w.get() + 2;  // misaligned weights
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorMisalignedAddress);
+  bad = p;
+  bad.type = GgmlType::kQ8_K;  // no decoder
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.type = GgmlType::kF32;
+  bad.cols = 48;  // not a multiple of 32
+  bad.row_bytes = 48 * 4;
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.x_stride = 250;  // < cols
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.y_stride = 3;  // < rows
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.n_groups = 3;  // several groups need group_offsets
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.n_groups = 3;
+  bad.group_offsets = off.get();
+  bad.mat_stride_bytes = 8;  // not a multiple of 16, and smaller than a matrix
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.y = nullptr;
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.workspace_bytes = QuantGemmWorkspaceBytes(p) - 1;  // short workspace
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.workspace = nullptr;
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.x_rows = off.get();  // gathered x without x_src_rows
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(QuantGemmWorkspaceBytes(p), 1024u);  // 2 rows x 256 halves x 2 bytes
+  bad = p;
+  bad.split_x = true;
+  EXPECT_EQ(QuantGemmWorkspaceBytes(bad), 2048u);
+  bad = p;
+  bad.n_tokens = 0;  // nothing to do
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaSuccess);
+  EXPECT_TRUE(QuantGemmSupports(GgmlType::kIQ1_S));
+  EXPECT_FALSE(QuantGemmSupports(GgmlType::kQ8_K));
+}
+
+}  // namespace
+}  // namespace k3::cuda::testing
