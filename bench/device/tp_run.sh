@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU engine over 1 and 2 GPUs on the GPU machine (nvidia-h200-x2), binaries built here and
 # packed by bench/device/tp_pack.sh (carry: .k3carry). Uses the image's own mpirun and NCCL.
-#   bash bench/device/tp_run.sh [tests] [bench2] [bench1]     (default: all three)
+#   bash bench/device/tp_run.sh [kernels] [gemm] [gemv] [tests] [bench2] [bench1]     (default: tests bench2 bench1)
+# kernels: kernels_cuda_test (--gtest_filter=$K3_KERNEL_FILTER, default all) on GPU 0.
 # tests:  engine_cuda_tp_test under mpirun -np 2 (2 ranks vs 1 rank, golden bars), with the
 #         single-GPU engine_cuda_test beside it on GPU 1; k3-worker --backend cpu vs cuda.
 # bench2: decode bench, 2 ranks (one GPU each), 8-layer real-width slice, ctx K3_BENCH_CTX.
@@ -20,6 +21,8 @@ export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=WARN
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 export K3_SHARED_DIR=$C/shared
+# Tests built here look for the golden data at /work/main/../shared (their compile-time path).
+[ -e /work/shared/data/golden/k3-golden-a.gguf ] || { mkdir -p /work/shared/data && ln -sfn "$C/shared/data/golden" /work/shared/data/golden; }
 stamp machine
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv,noheader || true
 mkdir -p $B
@@ -41,6 +44,21 @@ MPI="mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NVSHM
 G=$C/shared/data/golden
 TP_RC=- ENG_RC=- W_CPU=- W_CUDA=- B2_RC=- B1_RC=-
 
+if [[ " $PHASES " == *" kernels "* ]]; then
+  stamp "kernels_cuda_test --gtest_filter=${K3_KERNEL_FILTER:-*}"
+  CUDA_VISIBLE_DEVICES=0 timeout 240 $B/kernels_cuda_test --gtest_color=no --gtest_filter="${K3_KERNEL_FILTER:-*}" > "$OUT/kernels.txt" 2>&1
+  echo "kernels rc=$?"; grep -E '^\[  (PASSED|FAILED) |FAILED|Failure' "$OUT/kernels.txt" | head -30
+fi
+if [[ " $PHASES " == *" gemm "* ]]; then
+  stamp "k3_cuda_gemm_bench"
+  CUDA_VISIBLE_DEVICES=0 timeout ${K3_GEMM_TIMEOUT:-200} $B/k3_cuda_gemm_bench "$OUT/gemm_bench.csv" ${K3_GEMM_ARGS:-} > "$OUT/gemm_bench.txt" 2>&1
+  echo "gemm bench rc=$?"; grep -E 'TFLOP/s|MoeGroupTokens' "$OUT/gemm_bench.txt" | sed -E 's/ +/ /g' | cut -c1-200 | head -40
+fi
+if [[ " $PHASES " == *" gemv "* ]]; then
+  stamp "k3_cuda_gemv_bench"
+  CUDA_VISIBLE_DEVICES=0 timeout ${K3_GEMV_TIMEOUT:-200} $B/k3_cuda_gemv_bench ${K3_GEMV_ARGS:-} > "$OUT/gemv_bench.txt" 2>&1
+  echo "gemv bench rc=$?"; tail -60 "$OUT/gemv_bench.txt"
+fi
 if [[ " $PHASES " == *" tests "* ]]; then
   stamp "engine_cuda_test on GPU 1 (background) + engine_cuda_tp_test, 2 ranks"
   ( CUDA_VISIBLE_DEVICES=1 timeout 240 $B/engine_cuda_test --gtest_color=no > "$OUT/engine_test.txt" 2>&1; echo "rc=$?" >> "$OUT/engine_test.txt" ) &
@@ -57,10 +75,13 @@ if [[ " $PHASES " == *" tests "* ]]; then
   W_CPU=$(awk '/^## cpu/{f=1} /^## cuda/{f=0} f && /^generated/' "$OUT/worker.txt")
   W_CUDA=$(awk '/^## cuda/{f=1} f && /^generated/' "$OUT/worker.txt")
 fi
-BENCH="$B/k3_cuda_decode_bench --preset slice --layers ${K3_BENCH_LAYERS:-8} --quant UD-IQ1_S --ctx ${K3_BENCH_CTX:-4096,16384} --batches 1 --steps 32"
+BENCH="$B/k3_cuda_decode_bench --preset slice --layers ${K3_BENCH_LAYERS:-8} --quant UD-IQ1_S ${K3_BENCH_ARGS:---ctx ${K3_BENCH_CTX:-4096,16384} --batches 1 --steps 32}"
 if [[ " $PHASES " == *" bench2 "* ]]; then
   stamp "decode bench, 2 GPUs: $BENCH"
-  timeout ${K3_BENCH2_TIMEOUT:-300} $MPI $BENCH 2>&1 | grep -v "synthetic layer" | tee "$OUT/bench_2gpu.txt"
+  BENCH2=$BENCH
+  [ -n "${K3_BENCH2_ARGS:-}" ] && BENCH2="$B/k3_cuda_decode_bench --preset slice --layers ${K3_BENCH_LAYERS:-8} --quant UD-IQ1_S $K3_BENCH2_ARGS"
+  echo "$BENCH2"
+  timeout ${K3_BENCH2_TIMEOUT:-300} $MPI $BENCH2 2>&1 | grep -v "synthetic layer" | tee "$OUT/bench_2gpu.txt"
   B2_RC=${PIPESTATUS[0]}
 fi
 if [[ " $PHASES " == *" bench1 "* ]]; then

@@ -1,9 +1,12 @@
-// Decode throughput of the GPU engine (k3::engine_cuda::CudaEngine) at a given context, after a
-// real prefill of every sequence (token by token through the decode step, random token ids), on
-// a GGUF or a synthetic preset filled in memory. Prints, per batch size, tokens/s beside the
+// Decode and prefill throughput of the GPU engine (k3::engine_cuda::CudaEngine). Decode at a given
+// context, after a real prefill of every sequence (the engine's chunked prefill, random token
+// ids), on a GGUF or a synthetic preset filled in memory. Prints, per batch size, tokens/s beside the
 // floor (weight bytes read per step + MLA cache bytes, over 4.4 TB/s) and the fraction reached,
 // then a per-layer-kind breakdown of one eager step from CUDA events. --ctx takes a list: the
-// sequences are prefilled to each context in turn and measured there.
+// sequences are prefilled to each context in turn and measured there. --prefill N1,N2 (decode
+// skipped with --batches 0) times a fresh sequence's prefill of N tokens (chunks of
+// --chunk) beside its compute floor: multiply-adds x 2 over the measured dense f16/bf16
+// tensor-core rate (790 TFLOP/s on an H200), with a per-layer-kind breakdown.
 //
 // Built with NCCL (K3_WITH_MPI): under mpirun every rank holds its shard of one tensor + expert
 // parallel group (one GPU per rank, --expert-groups G; default 1 = every expert split into
@@ -13,6 +16,9 @@
 //   k3_cuda_decode_bench --preset slice --layers 4 --quant UD-IQ1_S --ctx 4096 --batches 1,2,4,8
 //   mpirun -np 2 k3_cuda_decode_bench --preset slice --layers 8 --ctx 4096,16384 --batches 1
 //   k3_cuda_decode_bench --model ../shared/data/golden/k3-golden-a.gguf --ctx 256
+//   k3_cuda_decode_bench --preset slice --layers 8 --batches 0 --prefill 4096,8192 --chunk 2048
+//   ncu --profile-from-start off --clock-control none --print-summary per-kernel \
+//       k3_cuda_decode_bench --preset slice --layers 4 --batches 1 --steps 4 --ncu-step
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -22,6 +28,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <cuda_profiler_api.h>
 
 #include "worker/engine_cuda/cuda_engine.h"
 #include "worker/model/shard_rules.h"
@@ -37,6 +45,7 @@ using engine_cuda::CudaEngine;
 
 namespace {
 constexpr double kHbm = 4.4e12;  // measured H200 read bandwidth (bytes/s)
+constexpr double kTensorRate = 790e12;  // measured dense f16/bf16 tensor-core rate of an H200 (FLOP/s)
 
 std::vector<int64_t> ParseList(const std::string& s) {
   std::vector<int64_t> v;
@@ -71,9 +80,9 @@ int main(int argc, char** argv) {
 }
 
 int Main(int argc, char** argv, int rank, int ranks) {
-  std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096";
-  int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0;
-  bool f16 = false, graphs = true;
+  std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
+  int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048;
+  bool f16 = false, graphs = true, ncu_step = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -87,23 +96,33 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--expert-groups") expert_groups = std::stoll(next());
     else if (a == "--steps") steps = std::stoll(next());
     else if (a == "--batches") batches_s = next();
+    else if (a == "--prefill") prefill_s = next();
+    else if (a == "--chunk") chunk = std::stoll(next());
     else if (a == "--f16") f16 = true;
     else if (a == "--no-graphs") graphs = false;
+    else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
-  const std::vector<int64_t> batches = ParseList(batches_s);
+  std::vector<int64_t> batches = ParseList(batches_s);
+  batches.erase(std::remove(batches.begin(), batches.end(), 0), batches.end());
   std::vector<int64_t> ctxs = ParseList(ctx_s);
   std::sort(ctxs.begin(), ctxs.end());
-  int64_t max_b = 1;
+  if (batches.empty()) ctxs.clear();
+  const std::vector<int64_t> prefills = prefill_s.empty() ? std::vector<int64_t>{} : ParseList(prefill_s);
+  int64_t max_b = 1, max_prefill = 0;
   for (int64_t b : batches) max_b = std::max(max_b, b);
+  for (int64_t n : prefills) max_prefill = std::max(max_prefill, n);
   const bool lead = rank == 0;
 
   engine_cuda::CudaEngineOptions opt;
   opt.max_seqs = max_b;
   opt.max_batch = max_b;
   // warm-up + measured + profile steps at every context too
-  opt.max_context = ctxs.back() + (steps + 8) * static_cast<int64_t>(batches.size() * ctxs.size()) + 8;
-  opt.cache_tokens = max_b * opt.max_context;
+  opt.max_context = std::max<int64_t>(ctxs.empty() ? 0 : ctxs.back() + (steps + 8) * static_cast<int64_t>(batches.size() * ctxs.size()) + 8,
+                                     max_prefill + 8);
+  opt.cache_tokens = max_b * opt.max_context + (max_prefill > 0 ? opt.max_context : 0);
+  opt.max_seqs = max_b + (max_prefill > 0 ? 1 : 0);
+  opt.prefill_chunk = chunk;
   opt.page_size = 64;
   opt.cache_f16 = f16;
   opt.use_graphs = graphs;
@@ -164,31 +183,74 @@ int Main(int argc, char** argv, int rank, int ranks) {
     std::fflush(stdout);
   }
 
-  // Prefill every sequence to each context in turn (batched decode steps, random ids), then
-  // measure every batch size there.
   std::mt19937 rng(seed * 7919 + 1);
+  auto random_tokens = [&](int64_t n) {
+    std::vector<int32_t> t(n);
+    for (auto& x : t) x = static_cast<int32_t>(rng() % c.vocab);
+    return t;
+  };
+  // Prefill of a fresh sequence per length: wall time (host, synchronized per chunk), floor, and a
+  // second, profiled run's breakdown.
+  if (!prefills.empty() && lead) {
+    std::printf("\n| ranks | prompt | chunk | time ms | tokens/s | floor ms (TFLOP) | fraction of floor |\n|---|---|---|---|---|---|---|\n");
+  }
+  std::vector<std::pair<int64_t, engine_cuda::StepProfile>> prefill_profs;
+  const engine::SeqId pre_id = 1 << 20;
+  for (int64_t n : prefills) {
+    const auto toks_n = random_tokens(n);
+    for (int rep = 0; rep < 3; ++rep) {  // 0: warm-up, 1: timed, 2: profiled
+      if (auto s = eng.Add(pre_id); !s.ok()) { std::fprintf(stderr, "add: %s\n", std::string(s.message()).c_str()); return 1; }
+      engine_cuda::StepProfile prof;
+      const auto a = std::chrono::steady_clock::now();
+      auto s = eng.Prefill(pre_id, toks_n, false, nullptr, rep == 2 ? &prof : nullptr);
+      const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
+      if (!s.ok()) { std::fprintf(stderr, "prefill %lld: %s\n", static_cast<long long>(n), std::string(s.message()).c_str()); return 1; }
+      (void)eng.Free(pre_id);
+      if (rep == 2) prefill_profs.push_back({n, prof});
+      if (rep != 1 || !lead) continue;
+      const double macs = static_cast<double>(eng.linear_macs_per_token()) * n +
+                          static_cast<double>(eng.attention_macs_per_row()) * n * (n + 1) / 2.0;
+      const double floor_s = 2.0 * macs / kTensorRate;
+      std::printf("| %d | %lld | %lld | %.1f | %.0f | %.1f (%.1f) | %.1f%% |\n", ranks, static_cast<long long>(n),
+                  static_cast<long long>(std::min(chunk, n)), sec * 1e3, n / sec, floor_s * 1e3, 2.0 * macs / 1e12,
+                  100.0 * floor_s / sec);
+      std::fflush(stdout);
+    }
+  }
+  if (!prefill_profs.empty() && lead) {
+    std::printf("\nprefill per layer kind (CUDA events, ms, summed over chunks; rank 0):\n");
+    std::printf("| prompt | embed | KDA | MLA | dense FFN | MoE | mixes+norms+adds | all-reduces | LM head | total |\n");
+    std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const auto& [n, p] : prefill_profs) {
+      std::printf("| %lld | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", static_cast<long long>(n),
+                  p.embed, p.kda, p.mla, p.dense, p.moe, p.mix_norm, p.comm, p.head, p.total);
+    }
+    std::fflush(stdout);
+  }
+  if (batches.empty()) return 0;
+
+  // Prefill every sequence to each context in turn (the chunked prefill, random ids), then
+  // measure every batch size there.
   std::vector<engine::SeqId> ids(max_b);
   for (int64_t i = 0; i < max_b; ++i) {
     ids[i] = i;
     if (auto s = eng.Add(i); !s.ok()) { std::fprintf(stderr, "add: %s\n", std::string(s.message()).c_str()); return 1; }
   }
-  std::vector<int32_t> toks(max_b);
   std::vector<engine_cuda::StepProfile> profs;
   std::vector<std::pair<int64_t, int64_t>> prof_keys;  // (batch, context)
   std::vector<float> logits(static_cast<size_t>(max_b) * eng.shard().vocab_width);
   for (int64_t ctx : ctxs) {
     const int64_t from = eng.Length(0);
     t0 = std::chrono::steady_clock::now();
-    for (int64_t t = from; t < ctx; ++t) {
-      for (auto& x : toks) x = static_cast<int32_t>(rng() % c.vocab);
-      if (auto s = eng.Decode(ids, toks, nullptr); !s.ok()) {
-        std::fprintf(stderr, "prefill step %lld: %s\n", static_cast<long long>(t), std::string(s.message()).c_str());
+    for (int64_t i = 0; i < max_b && ctx > eng.Length(i); ++i) {
+      if (auto s = eng.Prefill(ids[i], random_tokens(ctx - eng.Length(i)), false, nullptr); !s.ok()) {
+        std::fprintf(stderr, "prefill of sequence %lld: %s\n", static_cast<long long>(i), std::string(s.message()).c_str());
         return 1;
       }
     }
     const double pre_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (lead) {
-      std::printf("\nprefill: %lld sequences from %lld to %lld tokens, token by token, in %.2f s (%.0f tok/s)\n\n",
+      std::printf("\nprefill: %lld sequences from %lld to %lld tokens (chunked prefill) in %.2f s (%.0f tok/s)\n\n",
                   static_cast<long long>(max_b), static_cast<long long>(from), static_cast<long long>(ctx), pre_s,
                   max_b * (ctx - from) / std::max(pre_s, 1e-9));
       std::printf("| ranks | batch | context | step ms | tokens/s | floor ms (weights + cache) | floor tok/s | fraction |\n");
@@ -224,7 +286,10 @@ int Main(int argc, char** argv, int rank, int ranks) {
         std::fflush(stdout);
       }
       for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
+      // For `ncu --profile-from-start off`: exactly one decode step's kernels (eager).
+      if (ncu_step) cudaProfilerStart();
       auto p = eng.DecodeProfiled(sub, tk);
+      if (ncu_step) cudaProfilerStop();
       if (!p.ok()) { std::fprintf(stderr, "%s\n", std::string(p.status().message()).c_str()); return 1; }
       profs.push_back(*p);
       prof_keys.push_back({b, ctx_now});

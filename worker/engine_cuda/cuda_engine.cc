@@ -13,6 +13,8 @@
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/cuda/moe/moe_router.h"
 #include "kernels/cuda/norm/norm.h"
+#include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/cuda/residual_mix/residual_mix.h"
 #include "kernels/cuda/short_conv/short_conv.h"
@@ -23,6 +25,7 @@
 #include "worker/gguf/gguf_file.h"
 #include "worker/model/tensor_manifest.h"
 #include "worker/synth/synth_model.h"
+#include "worker/synth_cuda/synth_fill_device.h"
 
 namespace k3::engine_cuda {
 namespace {
@@ -39,6 +42,9 @@ struct DMat {
   const void* data = nullptr;
   int64_t rows = 0, cols = 0;
   size_t row_bytes = 0;
+  // The direct-load GEMV's copy (Q8_0 repacked into quant and scale planes; F32/F16/BF16: data
+  // itself), or nullptr: decode steps then use the block-layout GEMV.
+  const void* direct = nullptr;
 };
 struct DStack {
   quant::GgmlType type = quant::GgmlType::kF32;
@@ -76,6 +82,11 @@ struct CudaEngine::Impl {
   int32_t* meta_h = nullptr;
   int32_t* meta_d = nullptr;
   size_t meta_ints = 0;
+  // prefill metadata: [tokens R][seq_lens R][slot 1][block table pages_per_seq], R = rows
+  int32_t* pmeta_h = nullptr;
+  int32_t* pmeta_d = nullptr;
+  size_t pmeta_ints = 0;
+  int64_t rows = 0;  // rows every activation buffer holds: max(max_batch, prefill_chunk)
   // activations
   std::vector<float*> bank;
   float *x, *cur, *h, *delta, *mix_ws, *y, *logits;
@@ -84,11 +95,17 @@ struct CudaEngine::Impl {
   int64_t mla_ws_floats = 0;
   float *rlogits, *wts, *wloc, *r, *xe, *ge, *ue, *ye, *reduce, *sg, *su, *dg, *du;
   int32_t *ids, *idloc;
+  // MoE grouped by expert (steps of more than kGemvMaxRows rows): offsets, rows, slots, scratch
+  int32_t *group_offsets = nullptr, *group_rows = nullptr, *group_slot = nullptr;
+  void* group_ws = nullptr;
+  void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
+  size_t gemm_ws_bytes = 0;
   float* logits_h = nullptr;  // pinned [B][band]
 
   ~Impl() {
     for (void* p : allocs) cudaFree(p);
     if (meta_h) cudaFreeHost(meta_h);
+    if (pmeta_h) cudaFreeHost(pmeta_h);
     if (logits_h) cudaFreeHost(logits_h);
   }
   template <class T>
@@ -105,20 +122,48 @@ namespace {
 // Uploads host views of one rank's shard (engine::ModelWeights), tensor by tensor.
 class Uploader {
  public:
-  Uploader(CudaEngine::Impl& impl, uint64_t& bytes) : impl_(impl), bytes_(bytes) {}
+  Uploader(CudaEngine::Impl& impl, uint64_t& bytes, bool direct) : impl_(impl), bytes_(bytes), direct_(direct) {}
+
+  // Gives d its direct-GEMV form where the type has one (Q8_0: a repacked copy, made on the GPU).
+  absl::Status AddDirect(DMat& d) {
+    if (!direct_ || !cuda::QuantGemvDirectSupports(d.type)) return absl::OkStatus();
+    if (d.type == quant::GgmlType::kQ8_0) {
+      if (d.cols % 32 != 0) return absl::OkStatus();
+      K3_ASSIGN_OR_RETURN(uint8_t* dst, impl_.Alloc<uint8_t>(cuda::RepackedQ8_0Bytes(d.rows, d.cols)));
+      K3_CU(cuda::RepackQ8_0(d.data, d.rows, d.cols, dst, nullptr));
+      d.direct = dst;
+      direct_bytes_ += cuda::RepackedQ8_0Bytes(d.rows, d.cols);
+    } else if (d.cols % 8 == 0) {
+      d.direct = d.data;
+    }
+    return absl::OkStatus();
+  }
+  uint64_t direct_bytes() const { return direct_bytes_; }
 
   absl::StatusOr<DMat> Mat(const quant::QuantMatrix& m) {
     if (!cuda::QuantGemvSupports(m.type)) {
       return absl::InvalidArgumentError(absl::StrCat("no GPU GEMV for type ", std::string(quant::TypeName(m.type))));
     }
     const size_t n = static_cast<size_t>(m.rows) * m.row_bytes;
+    if (OnDevice(m.data)) {  // filled in place on the GPU (synthetic weights): adopt it
+      bytes_ += n;
+      DMat d{m.type, m.data, m.rows, m.cols, m.row_bytes};
+      K3_RETURN_IF_ERROR(AddDirect(d));
+      return d;
+    }
     K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(n));
     K3_CU(cudaMemcpy(d, m.data, n, cudaMemcpyHostToDevice));
     bytes_ += n;
-    return DMat{m.type, d, m.rows, m.cols, m.row_bytes};
+    DMat dm{m.type, d, m.rows, m.cols, m.row_bytes};
+    K3_RETURN_IF_ERROR(AddDirect(dm));
+    return dm;
   }
   absl::StatusOr<DStack> Stack(const engine::MatrixStack& s) {
     const size_t per = static_cast<size_t>(s.rows) * s.row_bytes;
+    if (OnDevice(s.data) && s.matrix_stride == per) {
+      bytes_ += per * s.count;
+      return DStack{s.type, s.data, s.rows, s.cols, s.count, s.row_bytes, per};
+    }
     K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(per * s.count));
     for (int64_t i = 0; i < s.count; ++i) {
       K3_CU(cudaMemcpy(d + i * per, s.data + i * s.matrix_stride, per, cudaMemcpyHostToDevice));
@@ -218,8 +263,14 @@ class Uploader {
   }
 
  private:
+  static bool OnDevice(const void* p) {
+    cudaPointerAttributes a{};
+    return p != nullptr && cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
+  }
   CudaEngine::Impl& impl_;
   uint64_t& bytes_;
+  bool direct_;
+  uint64_t direct_bytes_ = 0;
 };
 
 // ---- synthetic weights: one layer's host shard filled from the generator ---------------------
@@ -229,7 +280,24 @@ class Uploader {
 
 class SynthHost {
  public:
-  explicit SynthHost(const synth::SynthModel& m) : m_(m) {}
+  // With `device`, the weight tensors the GPU generator supports are filled straight into device
+  // buffers owned by `device` (synth_cuda: the same bytes); the rest (and f32 vectors) on the host.
+  explicit SynthHost(const synth::SynthModel& m, CudaEngine::Impl* device = nullptr) : m_(m), device_(device) {}
+
+  // The window filled on the GPU into a new device buffer, or nullptr when this tensor is filled
+  // on the host.
+  absl::StatusOr<uint8_t*> OnDevice(const synth::SynthTensor& t, const synth::SynthTensorWindow& w) {
+    if (device_ == nullptr || !synth::SynthFillDeviceSupports(t.type, t.values)) return nullptr;
+    synth::SynthFillParams p;
+    if (!synth::SynthWindowParams(t, w, nullptr, &p)) {
+      return absl::InvalidArgumentError(absl::StrCat(t.spec.name, ": window outside the tensor"));
+    }
+    K3_ASSIGN_OR_RETURN(uint8_t* buf, device_->Alloc<uint8_t>(synth::SynthFillBytes(p)));
+    K3_CU(synth::SynthFillTensorWindow(t, w, buf, nullptr));
+    ++device_fills_;
+    return buf;
+  }
+  int64_t device_fills() const { return device_fills_; }
 
   // Runs fill(i0, i1) over [0, n) on up to 32 threads.
   template <class F>
@@ -261,6 +329,8 @@ class SynthHost {
     K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
     if (begin < 0 || n < 0 || begin + n > t->n_rows()) return absl::InvalidArgumentError(absl::StrCat(name, ": rows out of range"));
     const size_t rb = t->row_bytes();
+    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{0, 1, begin, n, 0, -1}));
+    if (dev != nullptr) return quant::QuantMatrix{t->type, dev, n, t->spec.ne[0], rb};
     uint8_t* buf = Buffer(n * rb);
     Parallel(n, [&](int64_t r0, int64_t r1) { m_.FillRows(*t, begin + r0, r1 - r0, buf + r0 * rb); });
     return quant::QuantMatrix{t->type, buf, n, t->spec.ne[0], rb};
@@ -276,6 +346,8 @@ class SynthHost {
     K3_RETURN_IF_ERROR(m_.FillColumns(*t, 0, 0, begin, n, nullptr));  // checks the window
     const int64_t rows = t->n_rows();
     const size_t rb = Bytes(t->type, n);
+    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{0, 1, 0, -1, begin, n}));
+    if (dev != nullptr) return quant::QuantMatrix{t->type, dev, rows, n, rb};
     uint8_t* buf = Buffer(rows * rb);
     Parallel(rows, [&](int64_t r0, int64_t r1) { (void)m_.FillColumns(*t, r0, r1 - r0, begin, n, buf + r0 * rb); });
     return quant::QuantMatrix{t->type, buf, rows, n, rb};
@@ -291,10 +363,13 @@ class SynthHost {
       return absl::InvalidArgumentError(absl::StrCat(name, ": stack slice out of range"));
     }
     const size_t rb = t->row_bytes(), per = row_n * rb;
-    uint8_t* buf = Buffer(count * per);
-    Parallel(count, [&](int64_t e0, int64_t e1) {
-      for (int64_t e = e0; e < e1; ++e) m_.FillRows(*t, (begin + e) * rows + row_begin, row_n, buf + e * per);
-    });
+    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{begin, count, row_begin, row_n, 0, -1}));
+    uint8_t* buf = dev != nullptr ? dev : Buffer(count * per);
+    if (dev == nullptr) {
+      Parallel(count, [&](int64_t e0, int64_t e1) {
+        for (int64_t e = e0; e < e1; ++e) m_.FillRows(*t, (begin + e) * rows + row_begin, row_n, buf + e * per);
+      });
+    }
     engine::MatrixStack s;
     s.type = t->type;
     s.data = buf;
@@ -315,10 +390,13 @@ class SynthHost {
     const int64_t total = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
     if (begin < 0 || begin + count > total) return absl::InvalidArgumentError(absl::StrCat(name, ": stack slice out of range"));
     const size_t rb = Bytes(t->type, col_n), per = rows * rb;
-    uint8_t* buf = Buffer(count * per);
-    Parallel(count, [&](int64_t e0, int64_t e1) {
-      for (int64_t e = e0; e < e1; ++e) (void)m_.FillColumns(*t, (begin + e) * rows, rows, col_begin, col_n, buf + e * per);
-    });
+    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{begin, count, 0, -1, col_begin, col_n}));
+    uint8_t* buf = dev != nullptr ? dev : Buffer(count * per);
+    if (dev == nullptr) {
+      Parallel(count, [&](int64_t e0, int64_t e1) {
+        for (int64_t e = e0; e < e1; ++e) (void)m_.FillColumns(*t, (begin + e) * rows, rows, col_begin, col_n, buf + e * per);
+      });
+    }
     engine::MatrixStack s;
     s.type = t->type;
     s.data = buf;
@@ -349,6 +427,8 @@ class SynthHost {
 
  private:
   const synth::SynthModel& m_;
+  CudaEngine::Impl* device_;
+  int64_t device_fills_ = 0;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> store_;
 };
 
@@ -423,6 +503,19 @@ absl::Status SynthLayer(SynthHost& b, const model::K3Config& c, const model::Ran
 // GEMV helpers.
 cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                  cudaStream_t s) {
+  if (w.direct != nullptr) {  // the direct-load kernel (decode-sized steps)
+    cuda::QuantGemvDirectParams d;
+    d.type = w.type;
+    d.weight = w.direct;
+    d.rows = w.rows;
+    d.cols = w.cols;
+    d.x = x;
+    d.x_stride = x_stride;
+    d.y = y;
+    d.y_stride = y_stride;
+    d.n_tokens = n;
+    return cuda::QuantGemvDirect(d, s);
+  }
   cuda::QuantGemvParams p;
   p.type = w.type;
   p.weight = w.data;
@@ -457,6 +550,69 @@ cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const
   p.y_mat_stride = y_mat;
   p.n_tokens = n_tokens;
   return cuda::QuantGemv(p, s);
+}
+
+// Steps of more rows than this take the tensor-core GEMM (f16 operands, f32 accumulation) for
+// their products; up to it, the f32 GEMV (exact up to summation order, batch-invariant).
+constexpr int64_t kGemvMaxRows = cuda::kQuantGemvMaxTokens;
+
+// Scratch of the tensor-core GEMM (its f16 copy of the activations).
+struct GemmScratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// y = W x for n rows: GEMV or GEMM by row count (exact_only: always the GEMV).
+cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                    bool exact_only, GemmScratch ws, cudaStream_t s) {
+  if (exact_only || n <= kGemvMaxRows || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
+    return Gemv(w, x, x_stride, y, y_stride, n, s);
+  }
+  cuda::QuantGemmParams p;
+  p.type = w.type;
+  p.weight = w.data;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_bytes = w.row_bytes;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.y = y;
+  p.y_stride = y_stride;
+  p.n_tokens = n;
+  p.workspace = ws.data;
+  p.workspace_bytes = ws.bytes;
+  return cuda::QuantGemm(p, s);
+}
+
+// Matrix i of a stack as a plain matrix.
+DMat Slice(const DStack& w, int64_t i) {
+  return DMat{w.type, static_cast<const uint8_t*>(w.data) + i * w.matrix_stride, w.rows, w.cols, w.row_bytes};
+}
+
+// Grouped expert product: rows [offsets[g], offsets[g+1]) of the grouped sequence through expert g.
+// x_rows (when set) names rows of x, which has x_src_rows rows.
+cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
+                           int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                           int64_t n_rows, GemmScratch ws, cudaStream_t s) {
+  cuda::QuantGemmParams p;
+  p.type = w.type;
+  p.weight = w.data;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_bytes = w.row_bytes;
+  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  p.x = x;
+  p.x_stride = x_stride;
+  p.x_rows = x_rows;
+  p.y = y;
+  p.y_stride = y_stride;
+  p.n_tokens = n_rows;
+  p.n_groups = n_groups;
+  p.group_offsets = offsets;
+  p.x_src_rows = x_src_rows;
+  p.workspace = ws.data;
+  p.workspace_bytes = ws.bytes;
+  return cuda::QuantGemm(p, s);
 }
 
 cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
@@ -538,7 +694,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& 
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
   K3_ASSIGN_OR_RETURN(engine::ModelWeights w, engine::BindWeights(e->config_, *file, e->shard_));
-  Uploader up(*e->impl_, e->weight_bytes_);
+  Uploader up(*e->impl_, e->weight_bytes_, options.direct_gemv);
   K3_RETURN_IF_ERROR(up.Globals(e->config_, w));
   e->impl_->layers.resize(e->config_.n_layers);
   for (int64_t il = 0; il < e->config_.n_layers; ++il) {
@@ -564,8 +720,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
-  SynthHost host(m);
-  Uploader up(*e->impl_, e->weight_bytes_);
+  SynthHost host(m, source.fill_on_device ? e->impl_.get() : nullptr);
+  Uploader up(*e->impl_, e->weight_bytes_, options.direct_gemv);
   {
     engine::ModelWeights w;
     const model::RankShard& s = e->shard_;
@@ -583,10 +739,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
     K3_RETURN_IF_ERROR(up.Layer(e->config_, il, lw, e->impl_->layers[il]));
     host.Clear();
     if (options.verbose) {
-      std::fprintf(stderr, "[cuda_engine] rank %d/%d: synthetic layer %lld/%lld filled and uploaded, %.2f GB\n",
+      std::fprintf(stderr, "[cuda_engine] rank %d/%d: synthetic layer %lld/%lld filled, %.2f GB (%lld tensors on the GPU)\n",
                    options.rank, options.plan.ranks, static_cast<long long>(il + 1),
-                   static_cast<long long>(e->config_.n_layers),
-                   e->weight_bytes_ / 1e9);
+                   static_cast<long long>(e->config_.n_layers), e->weight_bytes_ / 1e9,
+                   static_cast<long long>(host.device_fills()));
     }
   }
   K3_RETURN_IF_ERROR(e->Init(options));
@@ -607,8 +763,12 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     own_stream_ = true;
   }
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
-  const int64_t B = options.max_batch, H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
+  if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
+  const int64_t H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
   const int64_t D = nh * hd, taps = c.conv_kernel;
+  // Activation buffers hold the larger of a decode batch and a prefill chunk.
+  const int64_t B = std::max(options.max_batch, options.prefill_chunk);
+  m.rows = B;
   int64_t cache_tokens = options.cache_tokens;
   if (cache_tokens <= 0) cache_tokens = options.max_seqs * std::min<int64_t>(c.context_length, 1 << 16);
   int64_t max_ctx = options.max_context > 0 ? options.max_context : std::min(c.context_length, cache_tokens);
@@ -627,10 +787,14 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   cache_pages_ = m.n_pages;
   for (int64_t s = options.max_seqs - 1; s >= 0; --s) free_slots_.push_back(s);
 
-  m.meta_ints = static_cast<size_t>(3 * B + B * m.pages_per_seq);
+  const int64_t MB = options.max_batch;
+  m.meta_ints = static_cast<size_t>(3 * MB + MB * m.pages_per_seq);
   K3_CU(cudaMallocHost(&m.meta_h, m.meta_ints * sizeof(int32_t)));
   K3_ASSIGN_OR_RETURN(m.meta_d, m.Alloc<int32_t>(m.meta_ints));
-  K3_CU(cudaMallocHost(&m.logits_h, static_cast<size_t>(B) * shard_.vocab_width * sizeof(float)));
+  m.pmeta_ints = static_cast<size_t>(2 * options.prefill_chunk + 1 + m.pages_per_seq);
+  K3_CU(cudaMallocHost(&m.pmeta_h, m.pmeta_ints * sizeof(int32_t)));
+  K3_ASSIGN_OR_RETURN(m.pmeta_d, m.Alloc<int32_t>(m.pmeta_ints));
+  K3_CU(cudaMallocHost(&m.logits_h, static_cast<size_t>(MB) * shard_.vocab_width * sizeof(float)));
 
   auto F = [&](size_t n) { return m.Alloc<float>(n); };
   for (int64_t i = 0; i < c.max_checkpoints(); ++i) {
@@ -665,8 +829,10 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.lat, F(B * nh * lora));
   K3_ASSIGN_OR_RETURN(m.mo, F(B * nh * c.v_head_dim));
   K3_ASSIGN_OR_RETURN(m.mgate, F(B * nh * c.v_head_dim));
+  // Splits fill the GPU for a decode batch; a prefill chunk's many rows need few (bounded below).
   const int max_splits = cuda::MlaDecodeSplits(1, nh, max_ctx) * 2 + 8;
-  m.mla_ws_floats = cuda::MlaDecodeWorkspaceFloats(B, nh, lora, max_splits);
+  m.mla_ws_floats = std::max(cuda::MlaDecodeWorkspaceFloats(MB, nh, lora, max_splits),
+                             cuda::MlaDecodeWorkspaceFloats(B, nh, lora, 2));
   K3_ASSIGN_OR_RETURN(m.mla_ws, F(m.mla_ws_floats));
   // MoE / dense
   const int64_t E = c.n_experts, K = c.n_experts_used, L = c.expert_latent, Fw = shard_.expert_ffn_width;
@@ -675,6 +841,23 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.wloc, F(B * K));
   K3_ASSIGN_OR_RETURN(m.ids, m.Alloc<int32_t>(B * K));
   K3_ASSIGN_OR_RETURN(m.idloc, m.Alloc<int32_t>(B * K));
+  if (B > kGemvMaxRows && c.n_experts > 0) {
+    const int64_t El = std::max<int64_t>(shard_.n_experts, 1);
+    K3_ASSIGN_OR_RETURN(m.group_offsets, m.Alloc<int32_t>(El + 1));
+    K3_ASSIGN_OR_RETURN(m.group_rows, m.Alloc<int32_t>(B * K));
+    K3_ASSIGN_OR_RETURN(m.group_slot, m.Alloc<int32_t>(B * K));
+    K3_ASSIGN_OR_RETURN(uint8_t* ws, m.Alloc<uint8_t>(cuda::MoeGroupWorkspaceBytes(B, K, El)));
+    m.group_ws = ws;
+  }
+  if (B > kGemvMaxRows) {
+    // The widest activations a GEMM of this engine reads, as f16: B rows of the widest input,
+    // or the B*K grouped expert rows.
+    const int64_t widest = std::max({H, D, c.q_lora_rank, nh * c.v_head_dim, L, shard_.dense_width,
+                                     shard_.shared_width, c.kv_lora_rank, qk});
+    m.gemm_ws_bytes = (static_cast<size_t>(std::max(B * widest, B * K * std::max<int64_t>(Fw, 1))) * 2 + 255) / 256 * 256;
+    K3_ASSIGN_OR_RETURN(uint8_t* gws, m.Alloc<uint8_t>(m.gemm_ws_bytes));
+    m.gemm_ws = gws;
+  }
   K3_ASSIGN_OR_RETURN(m.r, F(B * L));
   K3_ASSIGN_OR_RETURN(m.xe, F(B * K * L));
   K3_ASSIGN_OR_RETURN(m.ge, F(B * K * Fw));
@@ -690,7 +873,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     // Eager all-reduces of every size a step uses at 1 and B rows, before any capture: NCCL
     // connects its peers on first use, which must not happen inside a graph capture.
     K3_CU(cudaMemsetAsync(m.reduce, 0, B * (L + H) * sizeof(float), stream_));
-    for (int64_t n : {int64_t{1}, B}) {
+    for (int64_t n : {int64_t{1}, MB}) {
       K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * H));
       K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * L));
       K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * (L + H)));
@@ -727,6 +910,44 @@ uint64_t CudaEngine::step_weight_bytes(int64_t n_seqs) const {
     }
   }
   return b;
+}
+
+uint64_t CudaEngine::linear_macs_per_token() const {
+  const model::K3Config& c = config_;
+  const Impl& m = *impl_;
+  auto macs = [](const DMat& w) { return static_cast<uint64_t>(w.rows) * w.cols; };
+  auto stack = [](const DStack& w, int64_t count) { return static_cast<uint64_t>(w.rows) * w.cols * count; };
+  uint64_t t = 0;
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    const DLayer& l = m.layers[il];
+    if (c.is_mla(il)) {
+      const DMla& w = l.mla;
+      t += macs(w.q_a) + macs(w.q_b) + macs(w.kv_a) + macs(w.out) + (w.has_gate ? macs(w.gate) : 0);
+      t += stack(w.k_b, w.k_b.count) + stack(w.v_b, w.v_b.count);
+    } else {
+      const DKda& w = l.kda;
+      t += macs(w.q) + macs(w.k) + macs(w.v) + macs(w.f_a) + macs(w.f_b) + macs(w.beta) + macs(w.g) + macs(w.out);
+      t += static_cast<uint64_t>(shard_.n_heads) * 4 * c.kda_head_dim * c.kda_head_dim;  // the recurrence
+    }
+    if (c.is_dense(il)) {
+      t += macs(l.dense.gate) + macs(l.dense.up) + macs(l.dense.down);
+    } else {
+      const DMoe& w = l.moe;
+      t += macs(w.router) + macs(w.routed_down) + macs(w.routed_up);
+      if (w.has_shared) t += macs(w.shared_gate) + macs(w.shared_up) + macs(w.shared_down);
+      // K experts per token, of which this rank holds its share (groups x bands split them evenly).
+      const double share = static_cast<double>(shard_.n_experts) / c.n_experts;
+      t += static_cast<uint64_t>(share * c.n_experts_used *
+                                 (stack(w.gate_exps, 1) + stack(w.up_exps, 1) + stack(w.down_exps, 1)));
+    }
+  }
+  return t;
+}
+
+uint64_t CudaEngine::attention_macs_per_row() const {
+  const model::K3Config& c = config_;
+  // Absorbed MLA: per head a 576-wide score and a 512-wide value product per cached row.
+  return static_cast<uint64_t>(c.n_mla_layers()) * shard_.n_heads * (c.mla_row + c.kv_lora_rank);
 }
 
 uint64_t CudaEngine::cache_bytes_per_token() const {
@@ -767,7 +988,7 @@ int64_t CudaEngine::Length(SeqId id) const {
 }
 
 // Checks the step, reserves pages, fills the metadata and uploads it (async).
-absl::Status CudaEngine::Prepare(std::span<const SeqId> ids, std::span<const int32_t> tokens, int* bucket) {
+absl::Status CudaEngine::Prepare(std::span<const SeqId> ids, std::span<const int32_t> tokens, StepView* view) {
   const int64_t n = static_cast<int64_t>(ids.size());
   if (n < 1 || n > options_.max_batch || tokens.size() != ids.size()) {
     return absl::InvalidArgumentError(absl::StrCat("decode step of ", n, " rows (max_batch ", options_.max_batch, ")"));
@@ -800,10 +1021,67 @@ absl::Status CudaEngine::Prepare(std::span<const SeqId> ids, std::span<const int
     std::copy(s.pages.begin(), s.pages.end(), meta + 3 * B + i * MP);
   }
   K3_CU(cudaMemcpyAsync(impl_->meta_d, meta, impl_->meta_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
-  // MLA split bucket: a power of two >= the longest sequence (at least 256 rows).
+  StepView& v = *view;
+  v.n = n;
+  v.n_seqs = n;
+  v.run = 1;
+  v.tokens = impl_->meta_d;
+  v.lens = impl_->meta_d + B;
+  v.slots = impl_->meta_d + 2 * B;
+  v.block_tables = impl_->meta_d + 3 * B;
+  v.block_table_stride = MP;
+  v.bucket = MlaBucket(max_len);
+  v.head_row = 0;
+  v.head_rows = n;
+  return absl::OkStatus();
+}
+
+int CudaEngine::MlaBucket(int64_t max_len) {
+  // A power of two >= the longest sequence (at least 256 rows): the MLA split count's key.
   int b = 256;
   while (b < max_len) b *= 2;
-  *bucket = b;
+  return b;
+}
+
+absl::Status CudaEngine::PreparePrefill(SeqId id, std::span<const int32_t> tokens, StepView* view) {
+  auto it = seqs_.find(id);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  if (n < 1 || n > options_.prefill_chunk) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill chunk of ", n, " rows (prefill_chunk ", options_.prefill_chunk, ")"));
+  }
+  Sequence& s = it->second;
+  if (s.length + n > options_.max_context) return absl::InvalidArgumentError("context length exceeded");
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= config_.vocab) return absl::InvalidArgumentError("token id outside the vocabulary");
+  }
+  const int64_t P = options_.page_size;
+  const int64_t need = (s.length + n + P - 1) / P - static_cast<int64_t>(s.pages.size());
+  if (need > static_cast<int64_t>(free_pages_.size())) return absl::ResourceExhaustedError("MLA cache pages exhausted");
+  for (int64_t i = 0; i < need; ++i) {
+    s.pages.push_back(free_pages_.back());
+    free_pages_.pop_back();
+  }
+  const int64_t R = options_.prefill_chunk;
+  int32_t* meta = impl_->pmeta_h;
+  for (int64_t t = 0; t < n; ++t) {
+    meta[t] = tokens[t];
+    meta[R + t] = static_cast<int32_t>(s.length + 1 + t);
+  }
+  meta[2 * R] = static_cast<int32_t>(s.slot);
+  std::copy(s.pages.begin(), s.pages.end(), meta + 2 * R + 1);
+  // Pinned staging is reused by the next chunk: this upload must finish before the host rewrites it.
+  K3_CU(cudaMemcpyAsync(impl_->pmeta_d, meta, impl_->pmeta_ints * sizeof(int32_t), cudaMemcpyHostToDevice, stream_));
+  StepView& v = *view;
+  v.n = n;
+  v.n_seqs = 1;
+  v.run = n;
+  v.tokens = impl_->pmeta_d;
+  v.lens = impl_->pmeta_d + R;
+  v.slots = impl_->pmeta_d + 2 * R;
+  v.block_tables = impl_->pmeta_d + 2 * R + 1;
+  v.block_table_stride = 0;  // every row of the run reads the sequence's one table
+  v.bucket = MlaBucket(s.length + n);
   return absl::OkStatus();
 }
 
@@ -814,17 +1092,25 @@ void CudaEngine::Commit(std::span<const SeqId> ids) {
 // Kinds for the profile marks.
 enum Mark { kEmbed = 0, kKda, kMla, kDense, kMoe, kMixNorm, kHead, kComm, kMarks };
 
-absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<int, cudaEvent_t>>* marks) {
+absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, cudaEvent_t>>* marks) {
   const model::K3Config& c = config_;
   Impl& m = *impl_;
   cudaStream_t s = stream_;
-  const int64_t B = options_.max_batch, H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim, D = nh * hd;
-  const int64_t taps = c.conv_kernel, MP = m.pages_per_seq;
+  const int64_t n = v.n, H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim, D = nh * hd;
+  const int64_t taps = c.conv_kernel, MP = v.block_table_stride;
   const float eps = c.rms_eps;
-  const int32_t* tokens_d = m.meta_d;
-  const int32_t* lens_d = m.meta_d + B;
-  const int32_t* slots_d = m.meta_d + 2 * B;
-  const int32_t* bt_d = m.meta_d + 3 * B;
+  const int bucket = v.bucket;
+  const int32_t* tokens_d = v.tokens;
+  const int32_t* lens_d = v.lens;
+  const int32_t* slots_d = v.slots;
+  const int32_t* bt_d = v.block_tables;
+  // Products: the GEMV up to kGemvMaxRows rows, the tensor-core GEMM beyond (unless exact_prefill).
+  const bool exact = options_.exact_prefill;
+  const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes};
+  auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows) {
+    return Product(w, x, xs, y, ys, rows, exact, gws, s);
+  };
+  const bool grouped = !exact && n > kGemvMaxRows;  // MoE by expert groups and per-head MLA products
   auto mark = [&](int kind) -> absl::Status {
     if (marks == nullptr) return absl::OkStatus();
     cudaEvent_t ev;
@@ -834,15 +1120,16 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
     return absl::OkStatus();
   };
   int n_ckpt = 0;
-  auto mix = [&](const float* w, const float* src, float* dst) -> cudaError_t {
+  // Rows [row0, row0 + rows) of src (and of the bank) mixed into dst.
+  auto mix = [&](const float* w, const float* src, float* dst, int64_t row0 = 0, int64_t rows = -1) -> cudaError_t {
     cuda::ResidualMixParams p;
-    for (int i = 0; i < n_ckpt; ++i) p.bank[i] = m.bank[i];
+    for (int i = 0; i < n_ckpt; ++i) p.bank[i] = m.bank[i] + row0 * H;
     p.n_ckpt = n_ckpt;
     p.bank_stride = H;
-    p.x = src;
+    p.x = src + row0 * H;
     p.w = w;
-    p.out = dst;
-    p.n_tokens = n;
+    p.out = dst + row0 * H;
+    p.n_tokens = rows < 0 ? n : rows;
     p.n = H;
     p.x_stride = H;
     p.out_stride = H;
@@ -878,15 +1165,21 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       const DMla& w = lw.mla;
       const int64_t qk = c.mla_qk_head_dim(), row = c.mla_row, lora = c.kv_lora_rank, vd = c.v_head_dim;
       const int64_t ql = c.q_lora_rank, nope = c.qk_nope_dim, rope = c.qk_rope_dim;
-      K3_CU(Gemv(w.q_a, m.h, H, m.qa, ql, n, s));
+      K3_CU(Prod(w.q_a, m.h, H, m.qa, ql, n));
       K3_CU(Rms(m.qa, m.qa, w.q_a_norm, n, ql, eps, s));
-      K3_CU(Gemv(w.q_b, m.qa, ql, m.qf, nh * qk, n, s));
-      K3_CU(Gemv(w.kv_a, m.h, H, m.mkv, row, n, s));
+      K3_CU(Prod(w.q_b, m.qa, ql, m.qf, nh * qk, n));
+      K3_CU(Prod(w.kv_a, m.h, H, m.mkv, row, n));
       void* layer_cache = static_cast<uint8_t*>(m.mla_cache) + ki * options_.page_size * row * elem;
       MlaAppendParams ap{m.mkv, row, w.kv_a_norm, layer_cache, options_.cache_f16, page_elems, row,
                          options_.page_size, bt_d, MP, lens_d, n, lora, row, eps};
       K3_CU(MlaAppend(ap, s));
-      K3_CU(GemvStack(w.k_b, nullptr, nh, m.qf, nh * qk, qk, m.qabs, nh * row, row, n, s));
+      if (grouped) {  // one GEMM per head over all rows
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          K3_CU(Prod(Slice(w.k_b, hh), m.qf + hh * qk, nh * qk, m.qabs + hh * row, nh * row, n));
+        }
+      } else {
+        K3_CU(GemvStack(w.k_b, nullptr, nh, m.qf, nh * qk, qk, m.qabs, nh * row, row, n, s));
+      }
       K3_CU(cudaMemcpy2DAsync(m.qabs + lora, row * sizeof(float), m.qf + nope, qk * sizeof(float),
                               rope * sizeof(float), n * nh, cudaMemcpyDeviceToDevice, s));
       cuda::MlaDecodeParams dp;
@@ -911,13 +1204,19 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       while (cuda::MlaDecodeWorkspaceFloats(n, nh, lora, dp.n_splits) > m.mla_ws_floats && dp.n_splits > 1) --dp.n_splits;
       dp.workspace = m.mla_ws;
       K3_CU(cuda::MlaDecode(dp, s));
-      K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
+      if (grouped) {
+        for (int64_t hh = 0; hh < nh; ++hh) {
+          K3_CU(Prod(Slice(w.v_b, hh), m.lat + hh * lora, nh * lora, m.mo + hh * vd, nh * vd, n));
+        }
+      } else {
+        K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
+      }
       if (w.has_gate) {
-        K3_CU(Gemv(w.gate, m.h, H, m.mgate, nh * vd, n, s));
+        K3_CU(Prod(w.gate, m.h, H, m.mgate, nh * vd, n));
         cuda::SigmoidGateMulParams gp{m.mo, m.mgate, n, nh * vd, nh * vd, nh * vd};
         K3_CU(cuda::SigmoidGateMul(gp, s));
       }
-      K3_CU(Gemv(w.out, m.mo, nh * vd, m.delta, H, n, s));
+      K3_CU(Prod(w.out, m.mo, nh * vd, m.delta, H, n));
     } else {
       K3_RETURN_IF_ERROR(mark(kKda));
       const DKda& w = lw.kda;
@@ -927,7 +1226,7 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       float* outs[3] = {m.kq, m.kk, m.kv_};
       float* hist = m.conv_hist + ki * options_.max_seqs * conv_floats;
       for (int which = 0; which < 3; ++which) {
-        K3_CU(Gemv(*mats[which], m.h, H, proj[which], D, n, s));
+        K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
         cuda::ShortConvParams cp;
         cp.weight = convw[which];
         cp.history = hist + which * (taps - 1) * D;
@@ -935,8 +1234,8 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
         cp.slots = slots_d;
         cp.in = proj[which];
         cp.out = outs[which];
-        cp.n_seqs = n;
-        cp.n_tokens = 1;
+        cp.n_seqs = v.n_seqs;
+        cp.n_tokens = v.run;
         cp.channels = D;
         cp.taps = taps;
         cp.in_stride = D;
@@ -945,11 +1244,11 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       }
       K3_CU(Rms(m.kq, m.kq, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
       K3_CU(Rms(m.kk, m.kk, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
-      K3_CU(Gemv(w.f_a, m.h, H, m.fa, hd, n, s));
-      K3_CU(Gemv(w.f_b, m.fa, hd, m.g, D, n, s));
+      K3_CU(Prod(w.f_a, m.h, H, m.fa, hd, n));
+      K3_CU(Prod(w.f_b, m.fa, hd, m.g, D, n));
       cuda::KdaGateParams gp{m.g, w.dt_bias, w.a, m.g, n, nh, hd, D, D, c.has_gate_lower_bound, c.gate_lower_bound};
       K3_CU(cuda::KdaGate(gp, s));
-      K3_CU(Gemv(w.beta, m.h, H, m.beta, nh, n, s));
+      K3_CU(Prod(w.beta, m.h, H, m.beta, nh, n));
       cuda::SigmoidParams sp{m.beta, m.beta, n * nh};
       K3_CU(cuda::Sigmoid(sp, s));
       cuda::KdaDecodeParams kp;
@@ -962,7 +1261,8 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       kp.v = m.kv_;
       kp.beta = m.beta;
       kp.out = m.o;
-      kp.n_seqs = n;
+      kp.n_seqs = v.n_seqs;
+      kp.n_tokens = v.run;
       kp.n_heads = nh;
       kp.dk = hd;
       kp.dv = hd;
@@ -972,9 +1272,9 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       kp.out_stride = D;
       kp.scale = 1.0f / std::sqrt(static_cast<float>(hd));
       K3_CU(cuda::KdaDecode(kp, s));
-      K3_CU(Gemv(w.g, m.h, H, m.gp, D, n, s));
+      K3_CU(Prod(w.g, m.h, H, m.gp, D, n));
       K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, m.gp));
-      K3_CU(Gemv(w.out, m.o, D, m.delta, H, n, s));
+      K3_CU(Prod(w.out, m.o, D, m.delta, H, n));
     }
     K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
     K3_RETURN_IF_ERROR(mark(kMixNorm));
@@ -985,10 +1285,10 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       K3_RETURN_IF_ERROR(mark(kDense));
       const DDense& w = lw.dense;
       const int64_t Fd = w.gate.rows;
-      K3_CU(Gemv(w.gate, m.h, H, m.dg, Fd, n, s));
-      K3_CU(Gemv(w.up, m.h, H, m.du, Fd, n, s));
+      K3_CU(Prod(w.gate, m.h, H, m.dg, Fd, n));
+      K3_CU(Prod(w.up, m.h, H, m.du, Fd, n));
       K3_CU(SituInto(m.dg, m.du, n, Fd, c, s));
-      K3_CU(Gemv(w.down, m.dg, Fd, m.delta, H, n, s));
+      K3_CU(Prod(w.down, m.dg, Fd, m.delta, H, n));
       K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the FFN bands' partials
     } else {
       K3_RETURN_IF_ERROR(mark(kMoe));
@@ -1008,22 +1308,54 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
       rp.ids = m.ids;
       rp.weights = m.wts;
       K3_CU(cuda::MoeRoute(rp, s));
-      K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
-      K3_CU(Gemv(w.routed_down, m.h, H, m.r, L, n, s));
-      K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
-      K3_CU(GemvStack(w.gate_exps, m.idloc, n * K, m.xe, L, L, m.ge, Fw, Fw, 1, s));
-      K3_CU(GemvStack(w.up_exps, m.idloc, n * K, m.xe, L, L, m.ue, Fw, Fw, 1, s));
-      K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
-      K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s));
+      K3_CU(Prod(w.routed_down, m.h, H, m.r, L, n));
       float* mm = m.reduce;
       float* sh = m.reduce + n * L;
-      K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
+      if (grouped) {
+        // Many rows: (token, choice) pairs grouped by local expert, each expert's weights read
+        // once for all its rows (grouped tensor-core GEMMs), then a weighted combine per token.
+        const int64_t El = shard_.n_experts;
+        cuda::MoeGroupParams gp;
+        gp.ids = m.ids;
+        gp.n_tokens = n;
+        gp.k = K;
+        gp.n_experts = El;
+        gp.expert_begin = static_cast<int32_t>(shard_.expert_begin);
+        gp.group_offsets = m.group_offsets;
+        gp.x_rows = m.group_rows;
+        gp.slot_of = m.group_slot;
+        gp.workspace = m.group_ws;
+        K3_CU(cuda::MoeGroupTokens(gp, s));
+        K3_CU(GroupedProduct(w.gate_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ge, Fw, n * K, gws, s));
+        K3_CU(GroupedProduct(w.up_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ue, Fw, n * K, gws, s));
+        K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
+        K3_CU(GroupedProduct(w.down_exps, El, m.group_offsets, nullptr, 0, m.ge, Fw, m.ye, L, n * K, gws, s));
+        cuda::MoeCombineParams cp;
+        cp.y = m.ye;
+        cp.y_stride = L;
+        cp.slot_of = m.group_slot;
+        cp.weights = m.wts;
+        cp.n_tokens = n;
+        cp.k = K;
+        cp.cols = L;
+        cp.out = mm;
+        cp.out_stride = L;
+        K3_CU(cuda::MoeCombineGrouped(cp, s));
+      } else {
+        K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
+        K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
+        K3_CU(GemvStack(w.gate_exps, m.idloc, n * K, m.xe, L, L, m.ge, Fw, Fw, 1, s));
+        K3_CU(GemvStack(w.up_exps, m.idloc, n * K, m.xe, L, L, m.ue, Fw, Fw, 1, s));
+        K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
+        K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s));
+        K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
+      }
       if (w.has_shared) {
         const int64_t Fs = w.shared_gate.rows;
-        K3_CU(Gemv(w.shared_gate, m.h, H, m.sg, Fs, n, s));
-        K3_CU(Gemv(w.shared_up, m.h, H, m.su, Fs, n, s));
+        K3_CU(Prod(w.shared_gate, m.h, H, m.sg, Fs, n));
+        K3_CU(Prod(w.shared_up, m.h, H, m.su, Fs, n));
         K3_CU(SituInto(m.sg, m.su, n, Fs, c, s));
-        K3_CU(Gemv(w.shared_down, m.sg, Fs, sh, H, n, s));
+        K3_CU(Prod(w.shared_down, m.sg, Fs, sh, H, n));
       }
       // [expert partials | shared partials] of the group in ONE all-reduce, before the routed norm.
       if (comm_ != nullptr) {
@@ -1031,30 +1363,35 @@ absl::Status CudaEngine::Enqueue(int64_t n, int bucket, std::vector<std::pair<in
         K3_RETURN_IF_ERROR(mark(kMoe));
       }
       if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
-      K3_CU(Gemv(w.routed_up, mm, L, m.delta, H, n, s));
+      K3_CU(Prod(w.routed_up, mm, L, m.delta, H, n));
       if (w.has_shared) K3_CU(AddInto(m.delta, sh, n * H, true, s));
     }
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     K3_CU(AddInto(m.x, m.delta, n * H, true, s));
   }
   K3_RETURN_IF_ERROR(mark(kHead));
-  K3_CU(mix(m.output_res_score, m.x, m.y));
-  K3_CU(Rms(m.y, m.y, m.output_norm, n, H, eps, s));
-  K3_CU(Gemv(m.output, m.y, H, m.logits, shard_.vocab_width, n, s));
+  // Only the rows whose logits are wanted (a prefill chunk: usually its last).
+  const int64_t hr = v.head_rows;
+  if (hr > 0) {
+    float* yh = m.y + v.head_row * H;
+    K3_CU(mix(m.output_res_score, m.x, m.y, v.head_row, hr));
+    K3_CU(Rms(yh, yh, m.output_norm, hr, H, eps, s));
+    K3_CU(Prod(m.output, yh, H, m.logits, shard_.vocab_width, hr));
+  }
   K3_RETURN_IF_ERROR(mark(kMarks));
   return absl::OkStatus();
 }
 
 absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* host_logits) {
-  int bucket = 0;
-  K3_RETURN_IF_ERROR(Prepare(ids, tokens, &bucket));
-  const int64_t n = static_cast<int64_t>(ids.size());
+  StepView view;
+  K3_RETURN_IF_ERROR(Prepare(ids, tokens, &view));
+  const int64_t n = view.n;
   if (options_.use_graphs) {
-    auto key = std::make_pair(n, bucket);
+    auto key = std::make_pair(n, view.bucket);
     auto it = graphs_.find(key);
     if (it == graphs_.end()) {
       K3_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-      absl::Status st = Enqueue(n, bucket, nullptr);
+      absl::Status st = Enqueue(view, nullptr);
       cudaGraph_t graph = nullptr;
       const cudaError_t end = cudaStreamEndCapture(stream_, &graph);
       K3_RETURN_IF_ERROR(st);
@@ -1067,7 +1404,7 @@ absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int3
     }
     K3_CU(cudaGraphLaunch(it->second, stream_));
   } else {
-    K3_RETURN_IF_ERROR(Enqueue(n, bucket, nullptr));
+    K3_RETURN_IF_ERROR(Enqueue(view, nullptr));
   }
   const size_t band = static_cast<size_t>(shard_.vocab_width);
   if (host_logits != nullptr) {
@@ -1080,11 +1417,18 @@ absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int3
 }
 
 absl::StatusOr<StepProfile> CudaEngine::DecodeProfiled(std::span<const SeqId> ids, std::span<const int32_t> tokens) {
-  int bucket = 0;
-  K3_RETURN_IF_ERROR(Prepare(ids, tokens, &bucket));
+  StepView view;
+  K3_RETURN_IF_ERROR(Prepare(ids, tokens, &view));
   std::vector<std::pair<int, cudaEvent_t>> marks;
-  absl::Status st = Enqueue(static_cast<int64_t>(ids.size()), bucket, &marks);
+  absl::Status st = Enqueue(view, &marks);
   K3_CU(cudaStreamSynchronize(stream_));
+  K3_ASSIGN_OR_RETURN(StepProfile prof, Collect(marks));
+  K3_RETURN_IF_ERROR(st);
+  Commit(ids);
+  return prof;
+}
+
+absl::StatusOr<StepProfile> CudaEngine::Collect(std::vector<std::pair<int, cudaEvent_t>>& marks) {
   StepProfile prof;
   double* slot[kMarks] = {&prof.embed, &prof.kda, &prof.mla, &prof.dense, &prof.moe, &prof.mix_norm, &prof.head, &prof.comm};
   for (size_t i = 0; i + 1 < marks.size(); ++i) {
@@ -1094,15 +1438,48 @@ absl::StatusOr<StepProfile> CudaEngine::DecodeProfiled(std::span<const SeqId> id
     prof.total += ms;
   }
   for (auto& [k, ev] : marks) cudaEventDestroy(ev);
-  K3_RETURN_IF_ERROR(st);
-  Commit(ids);
+  marks.clear();
   return prof;
+}
+
+absl::Status CudaEngine::Prefill(SeqId id, std::span<const int32_t> tokens, bool all_logits, float* host_logits,
+                                 StepProfile* profile) {
+  if (tokens.empty()) return absl::InvalidArgumentError("empty prefill");
+  if (!seqs_.contains(id)) return absl::NotFoundError(absl::StrCat("unknown sequence ", id));
+  if (Length(id) + static_cast<int64_t>(tokens.size()) > options_.max_context) {
+    return absl::InvalidArgumentError("context length exceeded");
+  }
+  const int64_t total = static_cast<int64_t>(tokens.size()), band = shard_.vocab_width;
+  if (profile != nullptr) *profile = StepProfile{};
+  for (int64_t t0 = 0; t0 < total; t0 += options_.prefill_chunk) {
+    const int64_t n = std::min(options_.prefill_chunk, total - t0);
+    const bool last = t0 + n == total;
+    StepView view;
+    K3_RETURN_IF_ERROR(PreparePrefill(id, tokens.subspan(t0, n), &view));
+    // Logits: every row (all_logits), else the prompt's last row only (none for earlier chunks).
+    view.head_row = all_logits ? 0 : n - 1;
+    view.head_rows = all_logits ? n : (last ? 1 : 0);
+    std::vector<std::pair<int, cudaEvent_t>> marks;
+    absl::Status st = Enqueue(view, profile != nullptr ? &marks : nullptr);
+    if (st.ok() && host_logits != nullptr && view.head_rows > 0) {
+      float* dst = host_logits + (all_logits ? t0 : 0) * band;
+      st = Cu(cudaMemcpyAsync(dst, impl_->logits, view.head_rows * band * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+              "logits download");
+    }
+    K3_CU(cudaStreamSynchronize(stream_));  // also frees the pinned metadata for the next chunk
+    if (profile != nullptr) {
+      K3_ASSIGN_OR_RETURN(StepProfile p, Collect(marks));
+      profile->Add(p);
+    }
+    K3_RETURN_IF_ERROR(st);
+    seqs_[id].length += n;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inputs) {
   if (inputs.empty()) return absl::InvalidArgumentError("empty batch");
   std::unordered_set<SeqId> seen;
-  int64_t max_count = 0;
   for (const SeqInput& in : inputs) {
     if (!seqs_.contains(in.seq)) return absl::NotFoundError(absl::StrCat("unknown sequence ", in.seq));
     if (!seen.insert(in.seq).second) return absl::InvalidArgumentError("a sequence appears twice in one batch");
@@ -1113,7 +1490,6 @@ absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inpu
     for (int32_t t : in.tokens) {
       if (t < 0 || t >= config_.vocab) return absl::InvalidArgumentError("token id outside the vocabulary");
     }
-    max_count = std::max<int64_t>(max_count, static_cast<int64_t>(in.tokens.size()));
   }
   ForwardResult result;
   result.vocab = config_.vocab;
@@ -1128,31 +1504,31 @@ absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inpu
     rows += nr;
   }
   result.logits.resize(static_cast<size_t>(rows) * band);
-  std::vector<float> step_logits(static_cast<size_t>(options_.max_batch) * band);
-  for (int64_t t = 0; t < max_count; ++t) {
-    std::vector<SeqId> ids;
-    std::vector<int32_t> toks;
-    std::vector<size_t> which;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (t < static_cast<int64_t>(inputs[i].tokens.size())) {
-        ids.push_back(inputs[i].seq);
-        toks.push_back(inputs[i].tokens[t]);
-        which.push_back(i);
-      }
+  // Runs of several tokens: chunked prefill, one sequence at a time. Single tokens: decode steps
+  // of up to max_batch rows.
+  std::vector<SeqId> ids;
+  std::vector<int32_t> toks;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SeqInput& in = inputs[i];
+    if (in.tokens.size() == 1) {
+      ids.push_back(in.seq);
+      toks.push_back(in.tokens[0]);
+      which.push_back(i);
+      continue;
     }
-    for (size_t b0 = 0; b0 < ids.size(); b0 += options_.max_batch) {
-      const size_t nb = std::min<size_t>(options_.max_batch, ids.size() - b0);
-      K3_RETURN_IF_ERROR(Decode(std::span<const SeqId>(ids.data() + b0, nb),
-                                std::span<const int32_t>(toks.data() + b0, nb), step_logits.data()));
-      for (size_t j = 0; j < nb; ++j) {
-        const size_t i = which[b0 + j];
-        const int64_t cnt = static_cast<int64_t>(inputs[i].tokens.size());
-        int64_t r = -1;
-        if (inputs[i].all_logits) r = result.first_row[i] + t;
-        else if (t == cnt - 1) r = result.first_row[i];
-        if (r >= 0) std::copy(step_logits.data() + j * band, step_logits.data() + (j + 1) * band,
-                              result.logits.data() + r * band);
-      }
+    K3_RETURN_IF_ERROR(Prefill(in.seq, in.tokens, in.all_logits,
+                               result.logits.data() + result.first_row[i] * band));
+  }
+  std::vector<float> step_logits(static_cast<size_t>(options_.max_batch) * band);
+  for (size_t b0 = 0; b0 < ids.size(); b0 += options_.max_batch) {
+    const size_t nb = std::min<size_t>(options_.max_batch, ids.size() - b0);
+    K3_RETURN_IF_ERROR(Decode(std::span<const SeqId>(ids.data() + b0, nb),
+                              std::span<const int32_t>(toks.data() + b0, nb), step_logits.data()));
+    for (size_t j = 0; j < nb; ++j) {
+      const size_t i = which[b0 + j];
+      std::copy(step_logits.data() + j * band, step_logits.data() + (j + 1) * band,
+                result.logits.data() + result.first_row[i] * band);
     }
   }
   return result;

@@ -6,7 +6,10 @@
 // until its logits are copied back; its per-step metadata (tokens, lengths, slots, block
 // tables) is uploaded into fixed device arrays first, so the step is captured once per
 // (batch size, MLA split bucket) as a CUDA graph and replayed.
-// Prompts run token by token through the decode step (no chunked prefill yet).
+// Prompts run as prefill chunks (up to prefill_chunk tokens of one sequence per forward): every
+// row of the chunk goes through the same layer code at once, the KDA recurrence runs the chunk's
+// tokens in order inside one kernel (state in registers), MLA attends each row over its own
+// causal length through the same paged cache, and the big products take the many-token path.
 //
 // Several ranks (one GPU each): each binds its RankShard exactly as the CPU engine does (heads,
 // FFN and shared-expert bands, expert groups x FFN bands, vocabulary band) and the all-reduces
@@ -51,11 +54,21 @@ struct CudaEngineOptions {
   int device = 0;             // CUDA device ordinal
   int64_t max_seqs = 8;       // KDA state slots
   int64_t max_batch = 8;      // rows of one decode step
+  int64_t prefill_chunk = 512;  // tokens of one prefill forward; activation buffers hold
+                                // max(max_batch, prefill_chunk) rows
   int64_t cache_tokens = 0;   // MLA cache capacity over all sequences; 0 = max_seqs x min(context, 64k)
   int64_t max_context = 0;    // longest sequence; 0 = min(context_length, cache_tokens)
   int64_t page_size = 64;
   bool cache_f16 = false;     // MLA cache rows in f16 (the reference's) instead of f32
   bool use_graphs = true;     // capture each step shape once and replay it
+  // Steps of more than 16 rows (prefill chunks, large decode batches) run their products on
+  // tensor cores (weights and activations rounded to f16, f32 accumulation: ~3e-4 relative per
+  // product); exact_prefill keeps them on the f32 GEMV (exact up to summation order, slow).
+  bool exact_prefill = false;
+  // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
+  // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
+  // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.
+  bool direct_gemv = true;
   bool verbose = true;        // progress lines while uploading
 };
 
@@ -65,11 +78,18 @@ struct SynthSource {
   model::K3Config config;
   std::string quant = "UD-IQ1_S";
   uint64_t seed = 1;
+  // Fill the weight tensors on the GPU (synth_cuda: the same bytes, ~100x faster than the
+  // host); vectors and types the GPU generator lacks are filled on the host either way.
+  bool fill_on_device = true;
 };
 
 // Device time per layer kind of one profiled step (CUDA events), milliseconds.
 struct StepProfile {
   double embed = 0, kda = 0, mla = 0, dense = 0, moe = 0, mix_norm = 0, head = 0, comm = 0, total = 0;
+  void Add(const StepProfile& o) {
+    embed += o.embed, kda += o.kda, mla += o.mla, dense += o.dense, moe += o.moe;
+    mix_norm += o.mix_norm, head += o.head, comm += o.comm, total += o.total;
+  }
 };
 
 class CudaEngine {
@@ -93,6 +113,11 @@ class CudaEngine {
   uint64_t step_weight_bytes(int64_t n_seqs) const;
   // Bytes per cached MLA row (all MLA layers), for the cache term of the floor.
   uint64_t cache_bytes_per_token() const;
+  // Multiply-adds of one token's forward on this rank without the LM head (the prefill floor):
+  // every projection once, its share of K experts, the KDA recurrence; plus, per cached row it
+  // attends to, attention_macs_per_row() (MLA scores and values, absorbed).
+  uint64_t linear_macs_per_token() const;
+  uint64_t attention_macs_per_row() const;
 
   // Sequences (SequenceCache semantics: Add = zero state; Free releases pages and slot).
   absl::Status Add(SeqId id);
@@ -105,7 +130,8 @@ class CudaEngine {
   int64_t free_slot_count() const { return static_cast<int64_t>(free_slots_.size()); }
   int64_t free_cache_tokens() const { return static_cast<int64_t>(free_pages_.size()) * options_.page_size; }
 
-  // The CPU engine's Forward contract; runs are fed token by token through the decode step.
+  // The CPU engine's Forward contract: runs of several tokens go through Prefill, single tokens
+  // through decode steps of up to max_batch rows.
   absl::StatusOr<ForwardResult> Forward(std::span<const SeqInput> batch);
 
   // One decode step: token[i] appended to seqs[i] (each once, at most max_batch). Logits of
@@ -113,6 +139,12 @@ class CudaEngine {
   absl::Status Decode(std::span<const SeqId> seqs, std::span<const int32_t> tokens, float* host_logits);
   // The same step run eagerly with CUDA events around each part: device ms per layer kind.
   absl::StatusOr<StepProfile> DecodeProfiled(std::span<const SeqId> seqs, std::span<const int32_t> tokens);
+  // Appends `tokens` to `seq` in chunks of at most prefill_chunk, one eager forward per chunk.
+  // Logits of the band go to host_logits when not null: [tokens][band] with all_logits, else
+  // the last token's [band]. With `profile`, device ms per layer kind summed over the chunks.
+  absl::Status Prefill(SeqId seq, std::span<const int32_t> tokens, bool all_logits, float* host_logits,
+                       StepProfile* profile = nullptr);
+  int64_t prefill_chunk() const { return options_.prefill_chunk; }
 
   cudaStream_t stream() const { return stream_; }
   int64_t graphs_captured() const { return static_cast<int64_t>(graphs_.size()); }
@@ -124,8 +156,24 @@ class CudaEngine {
   absl::Status Init(const CudaEngineOptions& options);
   static absl::Status CheckRanks(const CudaEngineOptions& options);
   absl::Status AllReduce(float* data, int64_t n);
-  absl::Status Prepare(std::span<const SeqId> seqs, std::span<const int32_t> tokens, int* bucket);
-  absl::Status Enqueue(int64_t n, int bucket, std::vector<std::pair<int, cudaEvent_t>>* marks);
+  // The rows of one forward and where their per-row metadata lives on the device.
+  struct StepView {
+    int64_t n = 0;                  // activation rows
+    int64_t n_seqs = 0;             // sequences: rows are [n_seqs][run]
+    int64_t run = 1;                // tokens per sequence (1: decode; a prefill chunk: n)
+    const int32_t* tokens = nullptr;        // [n]
+    const int32_t* lens = nullptr;          // [n] sequence length with the row's token included
+    const int32_t* slots = nullptr;         // [n_seqs] KDA / conv state slot
+    const int32_t* block_tables = nullptr;  // [n][block_table_stride] (stride 0: one shared table)
+    int64_t block_table_stride = 0;
+    int bucket = 256;               // MLA split bucket (power of two >= the longest length)
+    int64_t head_row = 0, head_rows = 0;  // rows [head_row, +head_rows) get logits
+  };
+  static int MlaBucket(int64_t max_len);
+  absl::Status Prepare(std::span<const SeqId> seqs, std::span<const int32_t> tokens, StepView* view);
+  absl::Status PreparePrefill(SeqId seq, std::span<const int32_t> tokens, StepView* view);
+  absl::Status Enqueue(const StepView& view, std::vector<std::pair<int, cudaEvent_t>>* marks);
+  absl::StatusOr<StepProfile> Collect(std::vector<std::pair<int, cudaEvent_t>>& marks);
   void Commit(std::span<const SeqId> seqs);
 
   struct Sequence {
