@@ -187,7 +187,7 @@ TEST_F(TpGoldenTest, FastPrefillMatchesOneRank) {
   ASSERT_TRUE(one.ok()) << one.status();
   auto tp = CudaEngine::Open(Model(), GroupOptions(g_size, true, false));
   ASSERT_TRUE(tp.ok()) << tp.status();
-  const int64_t V = (*one)->config().vocab, band = (*tp)->shard().vocab_width;
+  const int64_t band = (*tp)->shard().vocab_width;
   for (size_t p = 0; p < prompts_.size(); ++p) {
     const auto ref1 = RunPrompt(**one, prompts_[p], 10 + p);
     const auto got = GatherBands(RunPrompt(**tp, prompts_[p], 10 + p), prompts_[p].size(), band);

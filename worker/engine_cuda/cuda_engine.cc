@@ -12,66 +12,27 @@
 #include "kernels/cuda/kda/kda.h"
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/cuda/moe/moe_router.h"
-#include "kernels/cuda/norm/norm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
-#include "kernels/cuda/quant_gemv/gemv_direct.h"
-#include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/cuda/residual_mix/residual_mix.h"
 #include "kernels/cuda/short_conv/short_conv.h"
-#include "kernels/quant/dequantize.h"
 #include "worker/common/status_macros.h"
 #include "worker/engine/model_weights.h"
+#include "worker/engine_cuda/cuda_status.h"
+#include "worker/engine_cuda/device_weights.h"
 #include "worker/engine_cuda/engine_kernels.h"
+#include "worker/engine_cuda/products.h"
+#include "worker/engine_cuda/synth_shard.h"
+#include "worker/engine_cuda/weight_upload.h"
 #include "worker/gguf/gguf_file.h"
 #include "worker/model/tensor_manifest.h"
 #include "worker/synth/synth_model.h"
-#include "worker/synth_cuda/synth_fill_device.h"
 
 namespace k3::engine_cuda {
-namespace {
 
-absl::Status Cu(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
-}
-#define K3_CU(expr) K3_RETURN_IF_ERROR(Cu((expr), #expr))
-
-// Device views of the weights.
-struct DMat {
-  quant::GgmlType type = quant::GgmlType::kF32;
-  const void* data = nullptr;
-  int64_t rows = 0, cols = 0;
-  size_t row_bytes = 0;
-  // The direct-load GEMV's copy (Q8_0 repacked into quant and scale planes; F32/F16/BF16: data
-  // itself), or nullptr: decode steps then use the block-layout GEMV.
-  const void* direct = nullptr;
-};
-struct DStack {
-  quant::GgmlType type = quant::GgmlType::kF32;
-  const void* data = nullptr;
-  int64_t rows = 0, cols = 0, count = 0;
-  size_t row_bytes = 0, matrix_stride = 0;
-};
-using DVec = const float*;
-
-struct DKda { DMat q, k, v, f_a, f_b, beta, g, out; DVec conv_q, conv_k, conv_v, a, dt_bias, norm; };
-struct DMla { DMat q_a, q_b, kv_a, gate, out; DVec q_a_norm, kv_a_norm; DStack k_b, v_b; bool has_gate = false; };
-struct DDense { DMat gate, up, down; };
-struct DMoe {
-  DMat router, routed_down, routed_up, shared_gate, shared_up, shared_down;
-  DVec selection_bias, routed_norm;
-  DStack gate_exps, up_exps, down_exps;
-  bool has_routed_norm = false, has_shared = false;
-};
-struct DLayer { DVec attn_norm, ffn_norm, attn_res_score, ffn_res_score; DKda kda; DMla mla; DDense dense; DMoe moe; };
-
-}  // namespace
-
-struct CudaEngine::Impl {
-  std::vector<void*> allocs;
-  DMat token_embd, output;
-  bool embd_f32 = false;
-  DVec output_norm = nullptr, output_res_score = nullptr;
+// The engine's device state: the weights (model-wide tensors inherited from DGlobals, layers),
+// sequence state, per-step metadata and activation buffers, all allocated from `arena`.
+struct CudaEngine::Impl : DGlobals {
+  DeviceArena arena;
   std::vector<DLayer> layers;
   // state
   float* kda_state = nullptr;  // [n_kda][max_seqs][state_floats]
@@ -103,555 +64,15 @@ struct CudaEngine::Impl {
   float* logits_h = nullptr;  // pinned [B][band]
 
   ~Impl() {
-    for (void* p : allocs) cudaFree(p);
     if (meta_h) cudaFreeHost(meta_h);
     if (pmeta_h) cudaFreeHost(pmeta_h);
     if (logits_h) cudaFreeHost(logits_h);
   }
   template <class T>
   absl::StatusOr<T*> Alloc(size_t n) {
-    void* p = nullptr;
-    K3_CU(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
-    allocs.push_back(p);
-    return static_cast<T*>(p);
+    return arena.Alloc<T>(n);
   }
 };
-
-namespace {
-
-// Uploads host views of one rank's shard (engine::ModelWeights), tensor by tensor.
-class Uploader {
- public:
-  Uploader(CudaEngine::Impl& impl, uint64_t& bytes, bool direct) : impl_(impl), bytes_(bytes), direct_(direct) {}
-
-  // Gives d its direct-GEMV form where the type has one (Q8_0: a repacked copy, made on the GPU).
-  absl::Status AddDirect(DMat& d) {
-    if (!direct_ || !cuda::QuantGemvDirectSupports(d.type)) return absl::OkStatus();
-    if (d.type == quant::GgmlType::kQ8_0) {
-      if (d.cols % 32 != 0) return absl::OkStatus();
-      K3_ASSIGN_OR_RETURN(uint8_t* dst, impl_.Alloc<uint8_t>(cuda::RepackedQ8_0Bytes(d.rows, d.cols)));
-      K3_CU(cuda::RepackQ8_0(d.data, d.rows, d.cols, dst, nullptr));
-      d.direct = dst;
-      direct_bytes_ += cuda::RepackedQ8_0Bytes(d.rows, d.cols);
-    } else if (d.cols % 8 == 0) {
-      d.direct = d.data;
-    }
-    return absl::OkStatus();
-  }
-  uint64_t direct_bytes() const { return direct_bytes_; }
-
-  absl::StatusOr<DMat> Mat(const quant::QuantMatrix& m) {
-    if (!cuda::QuantGemvSupports(m.type)) {
-      return absl::InvalidArgumentError(absl::StrCat("no GPU GEMV for type ", std::string(quant::TypeName(m.type))));
-    }
-    const size_t n = static_cast<size_t>(m.rows) * m.row_bytes;
-    if (OnDevice(m.data)) {  // filled in place on the GPU (synthetic weights): adopt it
-      bytes_ += n;
-      DMat d{m.type, m.data, m.rows, m.cols, m.row_bytes};
-      K3_RETURN_IF_ERROR(AddDirect(d));
-      return d;
-    }
-    K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(n));
-    K3_CU(cudaMemcpy(d, m.data, n, cudaMemcpyHostToDevice));
-    bytes_ += n;
-    DMat dm{m.type, d, m.rows, m.cols, m.row_bytes};
-    K3_RETURN_IF_ERROR(AddDirect(dm));
-    return dm;
-  }
-  absl::StatusOr<DStack> Stack(const engine::MatrixStack& s) {
-    const size_t per = static_cast<size_t>(s.rows) * s.row_bytes;
-    if (OnDevice(s.data) && s.matrix_stride == per) {
-      bytes_ += per * s.count;
-      return DStack{s.type, s.data, s.rows, s.cols, s.count, s.row_bytes, per};
-    }
-    K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(per * s.count));
-    for (int64_t i = 0; i < s.count; ++i) {
-      K3_CU(cudaMemcpy(d + i * per, s.data + i * s.matrix_stride, per, cudaMemcpyHostToDevice));
-    }
-    bytes_ += per * s.count;
-    return DStack{s.type, d, s.rows, s.cols, s.count, s.row_bytes, per};
-  }
-  absl::StatusOr<DVec> Vec(const std::vector<float>& v) {
-    K3_ASSIGN_OR_RETURN(float* d, impl_.Alloc<float>(v.size()));
-    K3_CU(cudaMemcpy(d, v.data(), v.size() * sizeof(float), cudaMemcpyHostToDevice));
-    bytes_ += v.size() * sizeof(float);
-    return d;
-  }
-
-  absl::Status Layer(const model::K3Config& c, int64_t il, const engine::LayerWeights& l, DLayer& d) {
-    K3_ASSIGN_OR_RETURN(d.attn_norm, Vec(l.attn_norm));
-    K3_ASSIGN_OR_RETURN(d.ffn_norm, Vec(l.ffn_norm));
-    K3_ASSIGN_OR_RETURN(d.attn_res_score, Vec(l.attn_res_score));
-    K3_ASSIGN_OR_RETURN(d.ffn_res_score, Vec(l.ffn_res_score));
-    if (c.is_mla(il)) {
-      const engine::MlaWeights& w = l.mla;
-      DMla& m = d.mla;
-      K3_ASSIGN_OR_RETURN(m.q_a, Mat(w.q_a));
-      K3_ASSIGN_OR_RETURN(m.q_a_norm, Vec(w.q_a_norm));
-      K3_ASSIGN_OR_RETURN(m.q_b, Mat(w.q_b));
-      K3_ASSIGN_OR_RETURN(m.kv_a, Mat(w.kv_a));
-      K3_ASSIGN_OR_RETURN(m.kv_a_norm, Vec(w.kv_a_norm));
-      K3_ASSIGN_OR_RETURN(m.k_b, Stack(w.k_b));
-      K3_ASSIGN_OR_RETURN(m.v_b, Stack(w.v_b));
-      m.has_gate = w.has_gate;
-      if (w.has_gate) { K3_ASSIGN_OR_RETURN(m.gate, Mat(w.gate)); }
-      K3_ASSIGN_OR_RETURN(m.out, Mat(w.out));
-    } else {
-      const engine::KdaWeights& w = l.kda;
-      DKda& k = d.kda;
-      K3_ASSIGN_OR_RETURN(k.q, Mat(w.q));
-      K3_ASSIGN_OR_RETURN(k.k, Mat(w.k));
-      K3_ASSIGN_OR_RETURN(k.v, Mat(w.v));
-      K3_ASSIGN_OR_RETURN(k.conv_q, Vec(w.conv_q));
-      K3_ASSIGN_OR_RETURN(k.conv_k, Vec(w.conv_k));
-      K3_ASSIGN_OR_RETURN(k.conv_v, Vec(w.conv_v));
-      K3_ASSIGN_OR_RETURN(k.f_a, Mat(w.f_a));
-      K3_ASSIGN_OR_RETURN(k.f_b, Mat(w.f_b));
-      K3_ASSIGN_OR_RETURN(k.beta, Mat(w.beta));
-      K3_ASSIGN_OR_RETURN(k.a, Vec(w.a));
-      K3_ASSIGN_OR_RETURN(k.dt_bias, Vec(w.dt_bias));
-      K3_ASSIGN_OR_RETURN(k.g, Mat(w.g));
-      K3_ASSIGN_OR_RETURN(k.norm, Vec(w.norm));
-      K3_ASSIGN_OR_RETURN(k.out, Mat(w.out));
-    }
-    if (c.is_dense(il)) {
-      K3_ASSIGN_OR_RETURN(d.dense.gate, Mat(l.dense.gate));
-      K3_ASSIGN_OR_RETURN(d.dense.up, Mat(l.dense.up));
-      K3_ASSIGN_OR_RETURN(d.dense.down, Mat(l.dense.down));
-    } else {
-      const engine::MoeWeights& w = l.moe;
-      DMoe& m = d.moe;
-      K3_ASSIGN_OR_RETURN(m.router, Mat(w.router));
-      K3_ASSIGN_OR_RETURN(m.selection_bias, Vec(w.selection_bias));
-      K3_ASSIGN_OR_RETURN(m.routed_down, Mat(w.routed_down));
-      K3_ASSIGN_OR_RETURN(m.gate_exps, Stack(w.gate_exps));
-      K3_ASSIGN_OR_RETURN(m.up_exps, Stack(w.up_exps));
-      K3_ASSIGN_OR_RETURN(m.down_exps, Stack(w.down_exps));
-      m.has_routed_norm = w.has_routed_norm;
-      if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(m.routed_norm, Vec(w.routed_norm)); }
-      K3_ASSIGN_OR_RETURN(m.routed_up, Mat(w.routed_up));
-      m.has_shared = w.has_shared;
-      if (w.has_shared) {
-        K3_ASSIGN_OR_RETURN(m.shared_gate, Mat(w.shared_gate));
-        K3_ASSIGN_OR_RETURN(m.shared_up, Mat(w.shared_up));
-        K3_ASSIGN_OR_RETURN(m.shared_down, Mat(w.shared_down));
-      }
-    }
-    return absl::OkStatus();
-  }
-
-  absl::Status Globals(const model::K3Config& c, const engine::ModelWeights& w) {
-    const quant::QuantMatrix& e = w.token_embd;
-    if (EmbedSupports(e.type)) {
-      const size_t n = static_cast<size_t>(e.rows) * e.row_bytes;
-      K3_ASSIGN_OR_RETURN(uint8_t* d, impl_.Alloc<uint8_t>(n));
-      K3_CU(cudaMemcpy(d, e.data, n, cudaMemcpyHostToDevice));
-      impl_.token_embd = DMat{e.type, d, e.rows, e.cols, e.row_bytes};
-      bytes_ += n;
-    } else {  // IQ types: decoded once to f32 rows
-      std::vector<float> rows(static_cast<size_t>(e.rows) * c.hidden);
-      for (int64_t r = 0; r < e.rows; ++r) {
-        quant::DequantizeRow(e.type, static_cast<const uint8_t*>(e.data) + r * e.row_bytes, &rows[r * c.hidden], c.hidden);
-      }
-      K3_ASSIGN_OR_RETURN(DVec d, Vec(rows));
-      impl_.token_embd = DMat{quant::GgmlType::kF32, d, e.rows, c.hidden, static_cast<size_t>(c.hidden) * 4};
-    }
-    K3_ASSIGN_OR_RETURN(impl_.output, Mat(w.output));
-    K3_ASSIGN_OR_RETURN(impl_.output_norm, Vec(w.output_norm));
-    K3_ASSIGN_OR_RETURN(impl_.output_res_score, Vec(w.output_res_score));
-    return absl::OkStatus();
-  }
-
- private:
-  static bool OnDevice(const void* p) {
-    cudaPointerAttributes a{};
-    return p != nullptr && cudaPointerGetAttributes(&a, p) == cudaSuccess && a.type == cudaMemoryTypeDevice;
-  }
-  CudaEngine::Impl& impl_;
-  uint64_t& bytes_;
-  bool direct_;
-  uint64_t direct_bytes_ = 0;
-};
-
-// ---- synthetic weights: one layer's host shard filled from the generator ---------------------
-// The same slices as engine::BindWeights (worker/engine/model_weights.cc) takes from a file, filled
-// directly from the generator (only this rank's bytes are computed): rows, column bands, stacks
-// of heads or experts (with a band of each), vectors.
-
-class SynthHost {
- public:
-  // With `device`, the weight tensors the GPU generator supports are filled straight into device
-  // buffers owned by `device` (synth_cuda: the same bytes); the rest (and f32 vectors) on the host.
-  explicit SynthHost(const synth::SynthModel& m, CudaEngine::Impl* device = nullptr) : m_(m), device_(device) {}
-
-  // The window filled on the GPU into a new device buffer, or nullptr when this tensor is filled
-  // on the host.
-  absl::StatusOr<uint8_t*> OnDevice(const synth::SynthTensor& t, const synth::SynthTensorWindow& w) {
-    if (device_ == nullptr || !synth::SynthFillDeviceSupports(t.type, t.values)) return nullptr;
-    synth::SynthFillParams p;
-    if (!synth::SynthWindowParams(t, w, nullptr, &p)) {
-      return absl::InvalidArgumentError(absl::StrCat(t.spec.name, ": window outside the tensor"));
-    }
-    K3_ASSIGN_OR_RETURN(uint8_t* buf, device_->Alloc<uint8_t>(synth::SynthFillBytes(p)));
-    K3_CU(synth::SynthFillTensorWindow(t, w, buf, nullptr));
-    ++device_fills_;
-    return buf;
-  }
-  int64_t device_fills() const { return device_fills_; }
-
-  // Runs fill(i0, i1) over [0, n) on up to 32 threads.
-  template <class F>
-  static void Parallel(int64_t n, F&& fill) {
-    const int n_threads = std::max(1, std::min<int>(static_cast<int>(std::thread::hardware_concurrency()), 32));
-    const int64_t per = (n + n_threads - 1) / n_threads;
-    std::vector<std::thread> th;
-    for (int i = 0; i < n_threads; ++i) {
-      const int64_t i0 = i * per, i1 = std::min(n, i0 + per);
-      if (i0 >= i1) break;
-      th.emplace_back([&fill, i0, i1] { fill(i0, i1); });
-    }
-    for (auto& x : th) x.join();
-  }
-
-  absl::StatusOr<const synth::SynthTensor*> Find(const std::string& name) const {
-    const synth::SynthTensor* t = m_.Find(name);
-    if (t == nullptr) return absl::NotFoundError(absl::StrCat("synthetic tensor ", name, " is missing"));
-    return t;
-  }
-  uint8_t* Buffer(size_t n) {
-    store_.push_back(std::make_unique<std::vector<uint8_t>>(std::max<size_t>(n, 1)));
-    return store_.back()->data();
-  }
-  static size_t Bytes(quant::GgmlType type, int64_t n) { return quant::BytesFor(type, n).value(); }
-
-  // Rows [begin, begin + n) of the tensor's rows (ne[0] elements each).
-  absl::StatusOr<quant::QuantMatrix> Rows(const std::string& name, int64_t begin, int64_t n) {
-    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
-    if (begin < 0 || n < 0 || begin + n > t->n_rows()) return absl::InvalidArgumentError(absl::StrCat(name, ": rows out of range"));
-    const size_t rb = t->row_bytes();
-    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{0, 1, begin, n, 0, -1}));
-    if (dev != nullptr) return quant::QuantMatrix{t->type, dev, n, t->spec.ne[0], rb};
-    uint8_t* buf = Buffer(n * rb);
-    Parallel(n, [&](int64_t r0, int64_t r1) { m_.FillRows(*t, begin + r0, r1 - r0, buf + r0 * rb); });
-    return quant::QuantMatrix{t->type, buf, n, t->spec.ne[0], rb};
-  }
-  absl::StatusOr<quant::QuantMatrix> Matrix(const std::string& name) {
-    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
-    return Rows(name, 0, t->n_rows());
-  }
-  // Columns [begin, begin + n) of every row (block-aligned).
-  absl::StatusOr<quant::QuantMatrix> Cols(const std::string& name, int64_t begin, int64_t n) {
-    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
-    if (begin == 0 && n == t->spec.ne[0]) return Matrix(name);
-    K3_RETURN_IF_ERROR(m_.FillColumns(*t, 0, 0, begin, n, nullptr));  // checks the window
-    const int64_t rows = t->n_rows();
-    const size_t rb = Bytes(t->type, n);
-    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{0, 1, 0, -1, begin, n}));
-    if (dev != nullptr) return quant::QuantMatrix{t->type, dev, rows, n, rb};
-    uint8_t* buf = Buffer(rows * rb);
-    Parallel(rows, [&](int64_t r0, int64_t r1) { (void)m_.FillColumns(*t, r0, r1 - r0, begin, n, buf + r0 * rb); });
-    return quant::QuantMatrix{t->type, buf, rows, n, rb};
-  }
-  // Matrices [begin, begin + count) of a stack {cols, rows, n}, rows [row_begin, +row_n) of each.
-  absl::StatusOr<engine::MatrixStack> Stack(const std::string& name, int64_t begin, int64_t count,
-                                            int64_t row_begin = 0, int64_t row_n = -1) {
-    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
-    const int64_t rows = t->spec.ne.size() > 1 ? t->spec.ne[1] : 1;
-    const int64_t total = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
-    if (row_n < 0) row_n = rows;
-    if (begin < 0 || begin + count > total || row_begin < 0 || row_begin + row_n > rows) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": stack slice out of range"));
-    }
-    const size_t rb = t->row_bytes(), per = row_n * rb;
-    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{begin, count, row_begin, row_n, 0, -1}));
-    uint8_t* buf = dev != nullptr ? dev : Buffer(count * per);
-    if (dev == nullptr) {
-      Parallel(count, [&](int64_t e0, int64_t e1) {
-        for (int64_t e = e0; e < e1; ++e) m_.FillRows(*t, (begin + e) * rows + row_begin, row_n, buf + e * per);
-      });
-    }
-    engine::MatrixStack s;
-    s.type = t->type;
-    s.data = buf;
-    s.cols = t->spec.ne[0];
-    s.rows = row_n;
-    s.count = count;
-    s.row_bytes = rb;
-    s.matrix_stride = per;
-    return s;
-  }
-  // Matrices [begin, begin + count) of a stack, columns [col_begin, +col_n) of each.
-  absl::StatusOr<engine::MatrixStack> StackCols(const std::string& name, int64_t begin, int64_t count,
-                                                int64_t col_begin, int64_t col_n) {
-    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
-    if (col_begin == 0 && col_n == t->spec.ne[0]) return Stack(name, begin, count);
-    K3_RETURN_IF_ERROR(m_.FillColumns(*t, 0, 0, col_begin, col_n, nullptr));
-    const int64_t rows = t->spec.ne.size() > 1 ? t->spec.ne[1] : 1;
-    const int64_t total = t->spec.ne.size() > 2 ? t->spec.ne[2] : 1;
-    if (begin < 0 || begin + count > total) return absl::InvalidArgumentError(absl::StrCat(name, ": stack slice out of range"));
-    const size_t rb = Bytes(t->type, col_n), per = rows * rb;
-    K3_ASSIGN_OR_RETURN(uint8_t* dev, OnDevice(*t, synth::SynthTensorWindow{begin, count, 0, -1, col_begin, col_n}));
-    uint8_t* buf = dev != nullptr ? dev : Buffer(count * per);
-    if (dev == nullptr) {
-      Parallel(count, [&](int64_t e0, int64_t e1) {
-        for (int64_t e = e0; e < e1; ++e) (void)m_.FillColumns(*t, (begin + e) * rows, rows, col_begin, col_n, buf + e * per);
-      });
-    }
-    engine::MatrixStack s;
-    s.type = t->type;
-    s.data = buf;
-    s.cols = col_n;
-    s.rows = rows;
-    s.count = count;
-    s.row_bytes = rb;
-    s.matrix_stride = per;
-    return s;
-  }
-  // Elements [begin, begin + n) of a vector (n < 0: all), decoded to f32.
-  absl::StatusOr<std::vector<float>> Vector(const std::string& name, int64_t begin = 0, int64_t n = -1) {
-    K3_ASSIGN_OR_RETURN(const synth::SynthTensor* t, Find(name));
-    const int64_t all = static_cast<int64_t>(t->spec.n_elems());
-    if (n < 0) n = all;
-    const int64_t be = t->block_elems;
-    if (begin < 0 || begin + n > all || begin % be != 0 || n % be != 0) {
-      return absl::InvalidArgumentError(absl::StrCat(name, ": elements [", begin, ", ", begin + n, ") not block-aligned"));
-    }
-    std::vector<uint8_t> raw(Bytes(t->type, n));
-    m_.FillBlocks(*t, static_cast<uint64_t>(begin / be), static_cast<uint64_t>(n / be), raw.data());
-    std::vector<float> v(n);
-    quant::DequantizeRow(t->type, raw.data(), v.data(), n);
-    return v;
-  }
-  bool Has(const std::string& name) const { return m_.Find(name) != nullptr; }
-  void Clear() { store_.clear(); }
-
- private:
-  const synth::SynthModel& m_;
-  CudaEngine::Impl* device_;
-  int64_t device_fills_ = 0;
-  std::vector<std::unique_ptr<std::vector<uint8_t>>> store_;
-};
-
-std::string Blk(int64_t il, const char* rest) { return absl::StrCat("blk.", il, ".", rest); }
-
-// One layer of this rank's shard: the slices of BindKda / BindMla / BindDense / BindMoe.
-absl::Status SynthLayer(SynthHost& b, const model::K3Config& c, const model::RankShard& s, int64_t il,
-                        engine::LayerWeights& l) {
-  K3_ASSIGN_OR_RETURN(l.attn_norm, b.Vector(Blk(il, "attn_norm.weight")));
-  K3_ASSIGN_OR_RETURN(l.ffn_norm, b.Vector(Blk(il, "ffn_norm.weight")));
-  K3_ASSIGN_OR_RETURN(l.attn_res_score, b.Vector(Blk(il, "attn_res_score.weight")));
-  K3_ASSIGN_OR_RETURN(l.ffn_res_score, b.Vector(Blk(il, "ffn_res_score.weight")));
-  if (c.is_mla(il)) {
-    engine::MlaWeights& w = l.mla;
-    const int64_t qk = c.mla_qk_head_dim(), vd = c.v_head_dim;
-    K3_ASSIGN_OR_RETURN(w.q_a, b.Matrix(Blk(il, "attn_q_a.weight")));
-    K3_ASSIGN_OR_RETURN(w.q_a_norm, b.Vector(Blk(il, "attn_q_a_norm.weight")));
-    K3_ASSIGN_OR_RETURN(w.q_b, b.Rows(Blk(il, "attn_q_b.weight"), s.head_begin * qk, s.n_heads * qk));
-    K3_ASSIGN_OR_RETURN(w.kv_a, b.Matrix(Blk(il, "attn_kv_a_mqa.weight")));
-    K3_ASSIGN_OR_RETURN(w.kv_a_norm, b.Vector(Blk(il, "attn_kv_a_norm.weight")));
-    K3_ASSIGN_OR_RETURN(w.k_b, b.Stack(Blk(il, "attn_k_b.weight"), s.head_begin, s.n_heads));
-    K3_ASSIGN_OR_RETURN(w.v_b, b.Stack(Blk(il, "attn_v_b.weight"), s.head_begin, s.n_heads));
-    w.has_gate = b.Has(Blk(il, "attn_gate.weight"));
-    if (w.has_gate) {
-      K3_ASSIGN_OR_RETURN(w.gate, b.Rows(Blk(il, "attn_gate.weight"), s.head_begin * vd, s.n_heads * vd));
-    }
-    K3_ASSIGN_OR_RETURN(w.out, b.Cols(Blk(il, "attn_output.weight"), s.head_begin * vd, s.n_heads * vd));
-  } else {
-    engine::KdaWeights& w = l.kda;
-    const int64_t hd = c.kda_head_dim, c0 = s.head_begin * hd, cn = s.n_heads * hd, taps = c.conv_kernel;
-    K3_ASSIGN_OR_RETURN(w.q, b.Rows(Blk(il, "attn_q.weight"), c0, cn));
-    K3_ASSIGN_OR_RETURN(w.k, b.Rows(Blk(il, "attn_k.weight"), c0, cn));
-    K3_ASSIGN_OR_RETURN(w.v, b.Rows(Blk(il, "attn_v.weight"), c0, cn));
-    K3_ASSIGN_OR_RETURN(w.conv_q, b.Vector(Blk(il, "ssm_conv1d_q.weight"), c0 * taps, cn * taps));
-    K3_ASSIGN_OR_RETURN(w.conv_k, b.Vector(Blk(il, "ssm_conv1d_k.weight"), c0 * taps, cn * taps));
-    K3_ASSIGN_OR_RETURN(w.conv_v, b.Vector(Blk(il, "ssm_conv1d_v.weight"), c0 * taps, cn * taps));
-    K3_ASSIGN_OR_RETURN(w.f_a, b.Matrix(Blk(il, "ssm_f_a.weight")));
-    K3_ASSIGN_OR_RETURN(w.f_b, b.Rows(Blk(il, "ssm_f_b.weight"), c0, cn));
-    K3_ASSIGN_OR_RETURN(w.beta, b.Rows(Blk(il, "ssm_beta.weight"), s.head_begin, s.n_heads));
-    K3_ASSIGN_OR_RETURN(w.a, b.Vector(Blk(il, "ssm_a"), s.head_begin, s.n_heads));
-    K3_ASSIGN_OR_RETURN(w.dt_bias, b.Vector(Blk(il, "ssm_dt.bias"), c0, cn));
-    K3_ASSIGN_OR_RETURN(w.g, b.Rows(Blk(il, "ssm_g.weight"), c0, cn));
-    K3_ASSIGN_OR_RETURN(w.norm, b.Vector(Blk(il, "ssm_norm.weight")));
-    K3_ASSIGN_OR_RETURN(w.out, b.Cols(Blk(il, "attn_output.weight"), c0, cn));
-  }
-  if (c.is_dense(il)) {
-    K3_ASSIGN_OR_RETURN(l.dense.gate, b.Rows(Blk(il, "ffn_gate.weight"), s.dense_begin, s.dense_width));
-    K3_ASSIGN_OR_RETURN(l.dense.up, b.Rows(Blk(il, "ffn_up.weight"), s.dense_begin, s.dense_width));
-    K3_ASSIGN_OR_RETURN(l.dense.down, b.Cols(Blk(il, "ffn_down.weight"), s.dense_begin, s.dense_width));
-  } else {
-    engine::MoeWeights& w = l.moe;
-    const int64_t e0 = s.expert_begin, ne = s.n_experts, f0 = s.expert_ffn_begin, fw = s.expert_ffn_width;
-    K3_ASSIGN_OR_RETURN(w.router, b.Matrix(Blk(il, "ffn_gate_inp.weight")));
-    K3_ASSIGN_OR_RETURN(w.selection_bias, b.Vector(Blk(il, "exp_probs_b.bias")));
-    K3_ASSIGN_OR_RETURN(w.routed_down, b.Matrix(Blk(il, "ffn_routed_down.weight")));
-    K3_ASSIGN_OR_RETURN(w.gate_exps, b.Stack(Blk(il, "ffn_gate_exps.weight"), e0, ne, f0, fw));
-    K3_ASSIGN_OR_RETURN(w.up_exps, b.Stack(Blk(il, "ffn_up_exps.weight"), e0, ne, f0, fw));
-    K3_ASSIGN_OR_RETURN(w.down_exps, b.StackCols(Blk(il, "ffn_down_exps.weight"), e0, ne, f0, fw));
-    w.has_routed_norm = b.Has(Blk(il, "ffn_routed_norm.weight"));
-    if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(w.routed_norm, b.Vector(Blk(il, "ffn_routed_norm.weight"))); }
-    K3_ASSIGN_OR_RETURN(w.routed_up, b.Matrix(Blk(il, "ffn_routed_up.weight")));
-    w.has_shared = b.Has(Blk(il, "ffn_gate_shexp.weight"));
-    if (w.has_shared) {
-      K3_ASSIGN_OR_RETURN(w.shared_gate, b.Rows(Blk(il, "ffn_gate_shexp.weight"), s.shared_begin, s.shared_width));
-      K3_ASSIGN_OR_RETURN(w.shared_up, b.Rows(Blk(il, "ffn_up_shexp.weight"), s.shared_begin, s.shared_width));
-      K3_ASSIGN_OR_RETURN(w.shared_down, b.Cols(Blk(il, "ffn_down_shexp.weight"), s.shared_begin, s.shared_width));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// GEMV helpers.
-cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                 cudaStream_t s) {
-  if (w.direct != nullptr) {  // the direct-load kernel (decode-sized steps)
-    cuda::QuantGemvDirectParams d;
-    d.type = w.type;
-    d.weight = w.direct;
-    d.rows = w.rows;
-    d.cols = w.cols;
-    d.x = x;
-    d.x_stride = x_stride;
-    d.y = y;
-    d.y_stride = y_stride;
-    d.n_tokens = n;
-    return cuda::QuantGemvDirect(d, s);
-  }
-  cuda::QuantGemvParams p;
-  p.type = w.type;
-  p.weight = w.data;
-  p.rows = w.rows;
-  p.cols = w.cols;
-  p.row_bytes = w.row_bytes;
-  p.x = x;
-  p.x_stride = x_stride;
-  p.y = y;
-  p.y_stride = y_stride;
-  p.n_tokens = n;
-  return cuda::QuantGemv(p, s);
-}
-
-// Batched: slot i uses matrix ids[i] (or i), its x at x + i*x_mat, y at y + i*y_mat.
-cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
-                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s) {
-  cuda::QuantGemvParams p;
-  p.type = w.type;
-  p.weight = w.data;
-  p.rows = w.rows;
-  p.cols = w.cols;
-  p.row_bytes = w.row_bytes;
-  p.n_mats = n_mats;
-  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
-  p.mat_ids = ids;
-  p.x = x;
-  p.x_stride = x_stride;
-  p.x_mat_stride = x_mat;
-  p.y = y;
-  p.y_stride = y_stride;
-  p.y_mat_stride = y_mat;
-  p.n_tokens = n_tokens;
-  return cuda::QuantGemv(p, s);
-}
-
-// Steps of more rows than this take the tensor-core GEMM (f16 operands, f32 accumulation) for
-// their products; up to it, the f32 GEMV (exact up to summation order, batch-invariant).
-constexpr int64_t kGemvMaxRows = cuda::kQuantGemvMaxTokens;
-
-// Scratch of the tensor-core GEMM (its f16 copy of the activations).
-struct GemmScratch {
-  void* data = nullptr;
-  size_t bytes = 0;
-};
-
-// y = W x for n rows: GEMV or GEMM by row count (exact_only: always the GEMV).
-cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                    bool exact_only, GemmScratch ws, cudaStream_t s) {
-  if (exact_only || n <= kGemvMaxRows || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
-    return Gemv(w, x, x_stride, y, y_stride, n, s);
-  }
-  cuda::QuantGemmParams p;
-  p.type = w.type;
-  p.weight = w.data;
-  p.rows = w.rows;
-  p.cols = w.cols;
-  p.row_bytes = w.row_bytes;
-  p.x = x;
-  p.x_stride = x_stride;
-  p.y = y;
-  p.y_stride = y_stride;
-  p.n_tokens = n;
-  p.workspace = ws.data;
-  p.workspace_bytes = ws.bytes;
-  return cuda::QuantGemm(p, s);
-}
-
-// Matrix i of a stack as a plain matrix.
-DMat Slice(const DStack& w, int64_t i) {
-  return DMat{w.type, static_cast<const uint8_t*>(w.data) + i * w.matrix_stride, w.rows, w.cols, w.row_bytes};
-}
-
-// Grouped expert product: rows [offsets[g], offsets[g+1]) of the grouped sequence through expert g.
-// x_rows (when set) names rows of x, which has x_src_rows rows.
-cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
-                           int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                           int64_t n_rows, GemmScratch ws, cudaStream_t s) {
-  cuda::QuantGemmParams p;
-  p.type = w.type;
-  p.weight = w.data;
-  p.rows = w.rows;
-  p.cols = w.cols;
-  p.row_bytes = w.row_bytes;
-  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
-  p.x = x;
-  p.x_stride = x_stride;
-  p.x_rows = x_rows;
-  p.y = y;
-  p.y_stride = y_stride;
-  p.n_tokens = n_rows;
-  p.n_groups = n_groups;
-  p.group_offsets = offsets;
-  p.x_src_rows = x_src_rows;
-  p.workspace = ws.data;
-  p.workspace_bytes = ws.bytes;
-  return cuda::QuantGemm(p, s);
-}
-
-cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
-                int64_t groups = 1, const float* gate = nullptr, cuda::NormKind kind = cuda::NormKind::kRms) {
-  cuda::RowNormParams p;
-  p.x = x;
-  p.y = y;
-  p.weight = w;
-  p.gate = gate;
-  p.n_tokens = n;
-  p.n_groups = groups;
-  p.width = width;
-  p.x_stride = groups * width;
-  p.y_stride = groups * width;
-  p.gate_stride = groups * width;
-  p.eps = eps;
-  p.kind = kind;
-  return cuda::RowNorm(p, s);
-}
-
-cudaError_t SituInto(float* g, const float* u, int64_t rows, int64_t width, const model::K3Config& c,
-                     cudaStream_t s) {
-  cuda::SituParams p;
-  p.g = g;
-  p.u = u;
-  p.out = g;
-  p.n_tokens = rows;
-  p.width = width;
-  p.g_stride = width;
-  p.u_stride = width;
-  p.out_stride = width;
-  p.beta = c.situ_beta;
-  p.lambda = c.situ_linear_beta;
-  return cuda::Situ(p, s);
-}
-
-uint64_t MatBytes(const DMat& m) { return static_cast<uint64_t>(m.rows) * m.row_bytes; }
-
-}  // namespace
 
 CudaEngine::CudaEngine() : impl_(std::make_unique<Impl>()) {}
 
@@ -692,10 +113,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& 
   K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
   K3_RETURN_IF_ERROR(CheckRanks(options));
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
-  K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
+  K3_CU(cudaSetDevice(options.device));
   K3_ASSIGN_OR_RETURN(engine::ModelWeights w, engine::BindWeights(e->config_, *file, e->shard_));
-  Uploader up(*e->impl_, e->weight_bytes_, options.direct_gemv);
-  K3_RETURN_IF_ERROR(up.Globals(e->config_, w));
+  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv);
+  K3_RETURN_IF_ERROR(up.Globals(e->config_, w, e->impl_.get()));
   e->impl_->layers.resize(e->config_.n_layers);
   for (int64_t il = 0; il < e->config_.n_layers; ++il) {
     K3_RETURN_IF_ERROR(up.Layer(e->config_, il, w.layers[il], e->impl_->layers[il]));
@@ -719,9 +140,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   e->config_ = m.config();
   K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
-  K3_RETURN_IF_ERROR(Cu(cudaSetDevice(options.device), "cudaSetDevice"));
-  SynthHost host(m, source.fill_on_device ? e->impl_.get() : nullptr);
-  Uploader up(*e->impl_, e->weight_bytes_, options.direct_gemv);
+  K3_CU(cudaSetDevice(options.device));
+  SynthHost host(m, source.fill_on_device ? &e->impl_->arena : nullptr);
+  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv);
   {
     engine::ModelWeights w;
     const model::RankShard& s = e->shard_;
@@ -729,7 +150,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
     K3_ASSIGN_OR_RETURN(w.output, host.Rows("output.weight", s.vocab_begin, s.vocab_width));
     K3_ASSIGN_OR_RETURN(w.output_norm, host.Vector("output_norm.weight"));
     K3_ASSIGN_OR_RETURN(w.output_res_score, host.Vector("output_res_score.weight"));
-    K3_RETURN_IF_ERROR(up.Globals(e->config_, w));
+    K3_RETURN_IF_ERROR(up.Globals(e->config_, w, e->impl_.get()));
     host.Clear();
   }
   e->impl_->layers.resize(e->config_.n_layers);
@@ -1463,7 +884,7 @@ absl::Status CudaEngine::Prefill(SeqId id, std::span<const int32_t> tokens, bool
     absl::Status st = Enqueue(view, profile != nullptr ? &marks : nullptr);
     if (st.ok() && host_logits != nullptr && view.head_rows > 0) {
       float* dst = host_logits + (all_logits ? t0 : 0) * band;
-      st = Cu(cudaMemcpyAsync(dst, impl_->logits, view.head_rows * band * sizeof(float), cudaMemcpyDeviceToHost, stream_),
+      st = CudaStatus(cudaMemcpyAsync(dst, impl_->logits, view.head_rows * band * sizeof(float), cudaMemcpyDeviceToHost, stream_),
               "logits download");
     }
     K3_CU(cudaStreamSynchronize(stream_));  // also frees the pinned metadata for the next chunk

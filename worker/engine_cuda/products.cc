@@ -1,0 +1,117 @@
+#include "worker/engine_cuda/products.h"
+
+#include "kernels/cuda/activation/activation.h"
+#include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/cuda/quant_gemv/gemv_direct.h"
+
+namespace k3::engine_cuda {
+namespace {
+
+// The weight and activation fields every product's params struct shares.
+template <class P, class W>
+P ProductParams(const W& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n) {
+  P p;
+  p.type = w.type;
+  p.weight = w.data;
+  p.rows = w.rows;
+  p.cols = w.cols;
+  p.row_bytes = w.row_bytes;
+  p.x = x;
+  p.x_stride = x_stride;
+  p.y = y;
+  p.y_stride = y_stride;
+  p.n_tokens = n;
+  return p;
+}
+
+}  // namespace
+
+cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                 cudaStream_t s) {
+  if (w.direct != nullptr) {  // the direct-load kernel (decode-sized steps)
+    cuda::QuantGemvDirectParams d;
+    d.type = w.type;
+    d.weight = w.direct;
+    d.rows = w.rows;
+    d.cols = w.cols;
+    d.x = x;
+    d.x_stride = x_stride;
+    d.y = y;
+    d.y_stride = y_stride;
+    d.n_tokens = n;
+    return cuda::QuantGemvDirect(d, s);
+  }
+  return cuda::QuantGemv(ProductParams<cuda::QuantGemvParams>(w, x, x_stride, y, y_stride, n), s);
+}
+
+cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
+                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s) {
+  auto p = ProductParams<cuda::QuantGemvParams>(w, x, x_stride, y, y_stride, n_tokens);
+  p.n_mats = n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  p.mat_ids = ids;
+  p.x_mat_stride = x_mat;
+  p.y_mat_stride = y_mat;
+  return cuda::QuantGemv(p, s);
+}
+
+cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                    bool exact_only, GemmScratch ws, cudaStream_t s) {
+  if (exact_only || n <= kGemvMaxRows || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
+    return Gemv(w, x, x_stride, y, y_stride, n, s);
+  }
+  auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);
+  p.workspace = ws.data;
+  p.workspace_bytes = ws.bytes;
+  return cuda::QuantGemm(p, s);
+}
+
+cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
+                           int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                           int64_t n_rows, GemmScratch ws, cudaStream_t s) {
+  auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n_rows);
+  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  p.x_rows = x_rows;
+  p.x_src_rows = x_src_rows;
+  p.n_groups = n_groups;
+  p.group_offsets = offsets;
+  p.workspace = ws.data;
+  p.workspace_bytes = ws.bytes;
+  return cuda::QuantGemm(p, s);
+}
+
+cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
+                int64_t groups, const float* gate, cuda::NormKind kind) {
+  cuda::RowNormParams p;
+  p.x = x;
+  p.y = y;
+  p.weight = w;
+  p.gate = gate;
+  p.n_tokens = n;
+  p.n_groups = groups;
+  p.width = width;
+  p.x_stride = groups * width;
+  p.y_stride = groups * width;
+  p.gate_stride = groups * width;
+  p.eps = eps;
+  p.kind = kind;
+  return cuda::RowNorm(p, s);
+}
+
+cudaError_t SituInto(float* g, const float* u, int64_t rows, int64_t width, const model::K3Config& c,
+                     cudaStream_t s) {
+  cuda::SituParams p;
+  p.g = g;
+  p.u = u;
+  p.out = g;
+  p.n_tokens = rows;
+  p.width = width;
+  p.g_stride = width;
+  p.u_stride = width;
+  p.out_stride = width;
+  p.beta = c.situ_beta;
+  p.lambda = c.situ_linear_beta;
+  return cuda::Situ(p, s);
+}
+
+}  // namespace k3::engine_cuda

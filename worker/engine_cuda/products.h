@@ -1,0 +1,59 @@
+// The products and small row ops of a GPU forward, as one call each on the engine's weight views:
+// GEMV (direct-load or block layout) up to kGemvMaxRows rows, the tensor-core GEMM beyond, the
+// grouped expert GEMM, stacked per-head / per-expert GEMVs, RMS/L2 norms and situ.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/cuda/norm/norm.h"
+#include "kernels/cuda/quant_gemv/quant_gemv.h"
+#include "worker/engine_cuda/device_weights.h"
+#include "worker/model/k3_config.h"
+
+namespace k3::engine_cuda {
+
+// Steps of more rows than this take the tensor-core GEMM (f16 operands, f32 accumulation) for
+// their products; up to it, the f32 GEMV (exact up to summation order, batch-invariant).
+inline constexpr int64_t kGemvMaxRows = cuda::kQuantGemvMaxTokens;
+
+// Scratch of the tensor-core GEMM (its f16 copy of the activations).
+struct GemmScratch {
+  void* data = nullptr;
+  size_t bytes = 0;
+};
+
+// y = W x for n rows through a GEMV: the direct-load kernel when w has its direct form.
+cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                 cudaStream_t s);
+
+// Batched: slot i uses matrix ids[i] (or i), its x at x + i*x_mat, y at y + i*y_mat.
+cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
+                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s);
+
+// y = W x for n rows: GEMV or GEMM by row count (exact_only: always the GEMV).
+cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                    bool exact_only, GemmScratch ws, cudaStream_t s);
+
+// Matrix i of a stack as a plain matrix.
+inline DMat Slice(const DStack& w, int64_t i) {
+  return DMat{w.type, static_cast<const uint8_t*>(w.data) + i * w.matrix_stride, w.rows, w.cols, w.row_bytes};
+}
+
+// Grouped expert product: rows [offsets[g], offsets[g+1]) of the grouped sequence through expert g;
+// x_rows (when set) names rows of x, which has x_src_rows rows.
+cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
+                           int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                           int64_t n_rows, GemmScratch ws, cudaStream_t s);
+
+// Row (or per-group) RMS / L2 norm, optionally times a weight and gated by sigmoid(gate).
+cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
+                int64_t groups = 1, const float* gate = nullptr, cuda::NormKind kind = cuda::NormKind::kRms);
+
+// g = situ(g, u) (the config's beta and linear beta), rows x width, in place.
+cudaError_t SituInto(float* g, const float* u, int64_t rows, int64_t width, const model::K3Config& c,
+                     cudaStream_t s);
+
+}  // namespace k3::engine_cuda
