@@ -12,6 +12,9 @@
 //                                       0 (the default) waits for one forever
 //   mpirun -np 2 k3-worker --backend cuda --model m.gguf --prompt "1 2 3"   (one GPU per rank;
 //       built with K3_WITH_CUDA: CudaEngine in the same step protocol, NCCL inside the engine)
+//   mpirun -np 8 k3-worker --backend cuda --synth full [--synth-seed 1] [--synth-quant UD-IQ1_S]
+//       [--synth-layers N] --serve ...   (no file: every rank fills its shard of the synthetic
+//       preset on its GPU from the seed; the coordinator reads `k3-synth --preset full --header-only`)
 #include <csignal>
 #include <chrono>
 #include <cstdio>
@@ -34,6 +37,7 @@
 #include "collectives/nccl_communicator.h"
 #include "worker/engine_cuda/cuda_engine.h"
 #include "worker/engine_cuda/cuda_rank_engine.h"
+#include "worker/synth/presets.h"
 #endif
 #ifdef K3_HAVE_GRPC
 #include <grpcpp/grpcpp.h>
@@ -159,10 +163,20 @@ absl::Status Generate(k3::runtime::WorkerGroup& group, const std::string& prompt
   return absl::OkStatus();
 }
 
+// Where the weights come from: a GGUF file, or (GPU only) a synthetic preset filled on each GPU
+// from a seed — the full model's 553 GiB never touch a disk.
+struct ModelSource {
+  std::string path;
+  std::string synth_preset;
+  uint64_t synth_seed = 1;
+  std::string synth_quant = "UD-IQ1_S";
+  int64_t synth_layers = 0;  // 0: the preset's
+};
+
 #ifdef K3_HAVE_CUDA_BACKEND
 // --backend cuda: this rank's shard on its GPU (the local rank's, of those it sees), the engine's
 // all-reduces over NCCL on the engine's stream, steps and band summaries over `comm` (MPI).
-absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3::model::RankPlan plan, int rank,
+absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3::model::RankPlan plan, int rank,
                      int64_t max_seqs, int64_t cache_tokens, const ServeOptions& serve, const std::string& prompt,
                      int64_t gen) {
   int n_dev = 0;
@@ -184,7 +198,17 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3:
   opt.max_batch = max_seqs;
   opt.cache_tokens = cache_tokens;
   opt.verbose = rank == 0;
-  K3_ASSIGN_OR_RETURN(auto engine, k3::engine_cuda::CudaEngine::Open(model, opt));
+  std::unique_ptr<k3::engine_cuda::CudaEngine> engine;
+  if (!model.path.empty()) {
+    K3_ASSIGN_OR_RETURN(engine, k3::engine_cuda::CudaEngine::Open(model.path, opt));
+  } else {
+    K3_ASSIGN_OR_RETURN(k3::model::K3Config cfg, k3::synth::PresetConfig(model.synth_preset));
+    k3::synth::SizeOverrides o;
+    if (model.synth_layers > 0) o.layers = model.synth_layers;
+    K3_RETURN_IF_ERROR(k3::synth::ApplyOverrides(o, &cfg));
+    K3_ASSIGN_OR_RETURN(engine, k3::engine_cuda::CudaEngine::OpenSynth(
+                                    {cfg, model.synth_quant, model.synth_seed}, opt));
+  }
   if (rank == 0) {
     std::printf("%s\nbackend cuda: %d ranks (GPU %d here), %d expert groups, %.2f GB of weights on rank 0\n",
                 engine->config().Summary().c_str(), plan.ranks, opt.device, plan.expert_groups,
@@ -203,7 +227,12 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const std::string& model, k3:
 #endif
 
 absl::Status Run(k3::CliArgs& args, int rank, int size) {
-  const std::string model = args.Str("model");
+  ModelSource model;
+  model.path = args.Str("model");
+  model.synth_preset = args.Str("synth");
+  K3_ASSIGN_OR_RETURN(int64_t synth_seed, args.Int("synth-seed", 1));
+  model.synth_quant = args.Str("synth-quant", "UD-IQ1_S");
+  K3_ASSIGN_OR_RETURN(model.synth_layers, args.Int("synth-layers", 0));
   K3_ASSIGN_OR_RETURN(int64_t groups, args.Int("expert-groups", size));
   K3_ASSIGN_OR_RETURN(int64_t max_seqs, args.Int("max-seqs", 8));
   K3_ASSIGN_OR_RETURN(int64_t cache_tokens, args.Int("cache-tokens", 0));
@@ -221,6 +250,18 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   const std::string backend = args.Str("backend", "cpu");
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
+  if (model.path.empty() == model.synth_preset.empty()) {
+    return absl::InvalidArgumentError("give exactly one of --model FILE and --synth PRESET");
+  }
+  if (!model.synth_preset.empty() && backend != "cuda") {
+    return absl::InvalidArgumentError(
+        "--synth PRESET fills the weights on the GPU and needs --backend cuda; for the CPU engine write the "
+        "model with k3-synth and pass --model");
+  }
+  if (synth_seed < 0 || model.synth_layers < 0) {
+    return absl::InvalidArgumentError("--synth-seed and --synth-layers want numbers >= 0");
+  }
+  model.synth_seed = static_cast<uint64_t>(synth_seed);
   if (coordinator_timeout < 0) return absl::InvalidArgumentError("--coordinator-timeout wants seconds >= 0");
   if (serve.address.empty() && (!token_file.empty() || !serve.tls_cert.empty() || !serve.tls_key.empty() ||
                                 coordinator_timeout > 0)) {
@@ -247,7 +288,6 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
       if (t && !t->WriteFile(path).ok()) std::fprintf(stderr, "could not write %s\n", path.c_str());
     }
   } trace_writer{tracer.get(), trace_dir + "/trace-rank" + std::to_string(rank) + ".json"};
-  if (model.empty()) return absl::InvalidArgumentError("--model is required");
 
   auto comm = k3::coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(timeout_ms)});
   if (backend == "cuda") {
@@ -264,10 +304,10 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   opt.tracer = tracer.get();
   opt.max_seqs = max_seqs;
   opt.cache_tokens = cache_tokens;
-  K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model, opt));
+  K3_ASSIGN_OR_RETURN(auto engine, k3::engine::Engine::Open(model.path, opt));
   std::string plan;
   if (rank == 0) {
-    auto file = k3::gguf::GgufFile::Open(model);
+    auto file = k3::gguf::GgufFile::Open(model.path);
     const k3::gguf::GgufFile* f = file->get();
     plan = k3::model::DescribePlan(engine->config(), opt.plan, [f](const k3::model::TensorSpec& s) {
       return f->FindTensor(s.name)->type;
