@@ -383,12 +383,15 @@ int main(int argc, char** argv) {
   bool direct = false, direct_only = false;
   const char* csv_path = nullptr;
   const char* direct_csv_path = nullptr;
+  std::string only;  // --only=SUBSTR: the generic cases whose name contains SUBSTR
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--direct-only") {
       direct = direct_only = true;
     } else if (a == "--direct") {
       direct = true;
+    } else if (a.rfind("--only=", 0) == 0) {
+      only = a.substr(7);
     } else if (a.rfind("--direct-csv=", 0) == 0) {
       direct_csv_path = argv[i] + 13;
     } else {
@@ -416,6 +419,8 @@ int main(int argc, char** argv) {
         {"expert gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true},
         {"expert down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false},
         {"expert gate x16, 4 tok", GgmlType::kIQ1_S, 3072, 3584, 4, 16, 896, false},
+        {"expert gate x16, 8 tok", GgmlType::kIQ1_S, 3072, 3584, 8, 16, 896, false},
+        {"expert gate x256 (batch 16)", GgmlType::kIQ1_S, 3072, 3584, 1, 256, 896, false},
         {"generic 7168->12288", GgmlType::kIQ2_XS, 12288, 7168, 1, 1, 1, true},
         {"generic 7168->12288", GgmlType::kIQ2_XXS, 12288, 7168, 1, 1, 1, true},
         {"generic 7168->12288", GgmlType::kQ2_K, 12288, 7168, 1, 1, 1, true},
@@ -426,7 +431,9 @@ int main(int argc, char** argv) {
         {"generic 7168->12288", GgmlType::kBF16, 12288, 7168, 1, 1, 1, true},
         {"generic 7168->12288", GgmlType::kF16, 12288, 7168, 1, 1, 1, true},
     };
-    for (const Case& c : cases) RunCase(c, csv);
+    for (const Case& c : cases) {
+      if (only.empty() || std::string(c.name).find(only) != std::string::npos) RunCase(c, csv);
+    }
     if (csv) std::fclose(csv);
   }
   if (direct) {

@@ -6,6 +6,7 @@
 // Tolerance per output: 3e-5 · Σ_c |w_c x_c| (f32 sums in two different orders differ by a few
 // 1e-7 of that; one wrong weight moves the result by about 1/cols of it, i.e. 1e-4 at 7168).
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -139,6 +140,51 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_3584To3072_Batched) {
   RunCase({GgmlType::kIQ1_S, 3584, 3072, 1, 16, 24, false}, 8);
   // a few tokens per expert
   RunCase({GgmlType::kIQ1_S, 3072, 3584, 4, 8, 12, false}, 9);
+  // every pass size of the sub-block kernel (1, 2, 4, 8 token templates, partial passes), a
+  // partial last item of rows, and the generic kernel above 8 tokens
+  for (int64_t tokens : {2, 5, 8, 9}) RunCase({GgmlType::kIQ1_S, 3074, 3584, tokens, 3, 5, false}, 20 + tokens);
+  RunCase({GgmlType::kIQ1_S, 7, 7168, 3, 2, 2, true}, 31);
+  // 4 + 2 tokens (two passes of the column kernel), and rows wider than 8192 weights (the
+  // warp-per-rows fallback)
+  RunCase({GgmlType::kIQ1_S, 3074, 3584, 6, 3, 5, false}, 32);
+  RunCase({GgmlType::kIQ1_S, 9, 9216, 1, 2, 2, false}, 33);
+  RunCase({GgmlType::kIQ1_S, 9, 9216, 3, 2, 2, false}, 34);
+}
+
+// The IQ1_S sub-block kernel's order of summation depends on the shape only: token 0's outputs are
+// bit-identical whether it comes alone or with 1, 4 or 7 other tokens.
+TEST(QuantGemvTest, Iq1sBatchInvariant) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(77);
+  const int64_t rows = 3072, cols = 3584;
+  const auto w = RandomQuantRows(GgmlType::kIQ1_S, rows, cols, rng);
+  const std::vector<float> x = Normal(rng, 8 * cols, 0.0, 1.0);
+  DeviceBuffer<uint8_t> d_w(w);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<float> d_y(static_cast<size_t>(8 * rows));
+  QuantGemvParams p;
+  p.type = GgmlType::kIQ1_S;
+  p.weight = d_w.get();
+  p.rows = rows;
+  p.cols = cols;
+  p.row_bytes = static_cast<size_t>(cols / 256 * 50);
+  p.x = d_x.get();
+  p.x_stride = cols;
+  p.y = d_y.get();
+  p.y_stride = rows;
+  std::vector<float> alone;
+  for (int64_t tokens : {1, 2, 5, 8}) {
+    p.n_tokens = tokens;
+    d_y.Poison();
+    K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
+    const std::vector<float> y = d_y.Download();
+    const std::vector<float> first(y.begin(), y.begin() + rows);
+    if (alone.empty()) {
+      alone = first;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first.data(), alone.data(), rows * sizeof(float))) << tokens << " tokens";
+    }
+  }
 }
 
 TEST(QuantGemvTest, GoldenModelShapes) {

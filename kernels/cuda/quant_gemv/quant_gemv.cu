@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/gemv_impl.cuh"
+#include "kernels/cuda/quant_gemv/gemv_iq1s_sub.cuh"
 
 namespace k3::cuda {
 namespace qgemv {
@@ -144,6 +145,13 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   a.y_mat_stride = p.y_mat_stride;
   const int smem = a.table_bytes + kWarps * 2 * kRows * a.region_bytes;  // two stages per warp
 
+  // IQ1_S at decode sizes (the routed experts): the sub-block kernel, passes of up to 8 tokens.
+  if (p.type == quant::GgmlType::kIQ1_S && p.n_tokens <= kIq1sSubMaxTokens) {
+    a.n_tokens = static_cast<int32_t>(p.n_tokens);
+    a.x = p.x;
+    a.y = p.y;
+    return LaunchIq1sSub(a, stream);
+  }
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMaxTokens) {
     const int64_t nt = p.n_tokens - t0 < kQuantGemvMaxTokens ? p.n_tokens - t0 : kQuantGemvMaxTokens;
     a.n_tokens = static_cast<int32_t>(nt);

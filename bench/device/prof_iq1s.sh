@@ -1,0 +1,9 @@
+set -u
+C=$PWD/.k3carry; B=/tmp/k3bin; mkdir -p $B
+export LD_LIBRARY_PATH=$C/lib
+xz -dc $C/bin/k3_cuda_gemv_bench.xz > $B/gb; chmod +x $B/gb
+$B/gb --only="x16" 2>&1 | tail -8
+ncu --kernel-name regex:Iq1sSub --launch-skip 3 --launch-count 1 --set full $B/gb --only="gate 3584->3072 x16" > $OUT/ncu.txt 2>&1
+grep -E "Duration|Throughput|Issue Slots|Warp Cycles|Bank|Wavefronts|Executed Ipc|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|stall|L1/TEX Hit|L2 Hit|DRAM Throughput|Memory Throughput|Compute \(SM\)" $OUT/ncu.txt | head -60
+cuobjdump -sass -fun '_ZN2k34cuda5qgemv49_GLOBAL__N__757e3f77_16_gemv_iq1s_sub_cu_c34c804413Iq1sSubKernelILi1EEEvNS1_4ArgsE' $B/gb > $OUT/sass.txt 2>&1 || cuobjdump -sass $B/gb | awk '/Iq1sSubKernelILi1E/{f=1} /Function :/{if(!/Iq1sSubKernelILi1E/)f=0} f' > $OUT/sass.txt
+wc -l $OUT/sass.txt
