@@ -62,6 +62,11 @@ TEST(CudaMoeRouterTest, SoftmaxAndSmallShapes) {
   const auto small = Normal(rng, 3 * 32, 0.0, 1.0);
   const auto bias = Normal(rng, 32, 0.0, 0.1);
   RunRoute(small, &bias, 3, 32, 4, true, true, 1.0f, 32);  // golden model: 32 experts, top-4
+  // 1024 experts: the largest the one-warp-per-token kernel takes; 13 tokens: a partial block of 8
+  const auto edge = Normal(rng, 13 * 1024, 0.0, 1.0);
+  const auto edge_bias = Normal(rng, 1024, 0.0, 0.1);
+  RunRoute(edge, &edge_bias, 13, 1024, 16, true, true, 1.0f, 1024);
+  // above it: the block-per-token kernel
   const auto wide = Normal(rng, 2 * 4096, 0.0, 1.0);
   RunRoute(wide, nullptr, 2, 4096, 64, true, true, 1.0f, 4096);
 }

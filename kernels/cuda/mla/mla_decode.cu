@@ -220,8 +220,10 @@ int64_t MlaDecodeWorkspaceFloats(int64_t n_seqs, int64_t n_heads, int64_t value_
 int MlaDecodeSplits(int64_t n_seqs, int64_t n_heads, int64_t max_len) {
   const int64_t per_split_set = n_seqs * detail::CeilDiv(n_heads, kHeadsPerBlock);
   if (per_split_set <= 0) return 1;
-  const int64_t want = detail::CeilDiv(2 * static_cast<int64_t>(detail::MultiprocessorCount()), per_split_set);
-  const int64_t cap = detail::CeilDiv(max_len, 256);  // at least ~256 rows per split
+  // ~4 blocks of 4 warps per SM: the score/value loops are latency-bound at 1-2 blocks per SM
+  // (batch 1, 4k context: 192 blocks took 157 us per layer).
+  const int64_t want = detail::CeilDiv(4 * static_cast<int64_t>(detail::MultiprocessorCount()), per_split_set);
+  const int64_t cap = detail::CeilDiv(max_len, 64);  // at least ~64 rows per split
   int64_t s = want < cap ? want : cap;
   if (s < 1) s = 1;
   if (s > 1024) s = 1024;

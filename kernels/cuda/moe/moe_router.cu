@@ -128,6 +128,96 @@ __global__ void __launch_bounds__(kThreads) RouterKernel(const MoeRouterParams p
   }
 }
 
+
+// Up to kWarpExperts experts: one warp per token (8 tokens per block), 32 values per lane in
+// registers, k rounds of a warp arg-max with no block barrier. The block kernel's k rounds of two
+// __syncthreads each took ~17 us per token for K3's 896 experts, top-16.
+constexpr int kWarpExperts = 1024;
+constexpr int kWarpPer = kWarpExperts / 32;
+constexpr int kWarpTokens = 8;  // warps (tokens) per block
+
+__global__ void __launch_bounds__(32 * kWarpTokens) RouterWarpKernel(const MoeRouterParams p) {
+  const int lane = threadIdx.x & 31;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpTokens + (threadIdx.x >> 5);
+  if (t >= p.n_tokens) return;
+  const int n = static_cast<int>(p.n_experts);
+  const float* lg = p.logits + t * p.logits_stride;
+  float prob[kWarpPer], choice[kWarpPer];
+  float mx = -INFINITY;
+#pragma unroll
+  for (int u = 0; u < kWarpPer; ++u) {
+    const int e = lane + 32 * u;
+    prob[u] = e < n ? lg[e] : -INFINITY;
+    mx = fmaxf(mx, prob[u]);
+  }
+  if (p.sigmoid) {
+#pragma unroll
+    for (int u = 0; u < kWarpPer; ++u) prob[u] = detail::SigmoidF(prob[u]);
+  } else {
+    mx = detail::WarpMax(mx);
+    float sum = 0.0f;
+#pragma unroll
+    for (int u = 0; u < kWarpPer; ++u) {
+      prob[u] = (lane + 32 * u) < n ? expf(prob[u] - mx) : 0.0f;
+      sum += prob[u];
+    }
+    sum = detail::WarpSum(sum);
+#pragma unroll
+    for (int u = 0; u < kWarpPer; ++u) prob[u] /= sum;
+  }
+#pragma unroll
+  for (int u = 0; u < kWarpPer; ++u) {
+    const int e = lane + 32 * u;
+    choice[u] = e < n ? prob[u] + (p.selection_bias != nullptr ? p.selection_bias[e] : 0.0f) : -INFINITY;
+  }
+  float wsum = 0.0f;  // lane 0: Σ of the chosen probabilities, in choice order (as the block kernel)
+  int32_t* ids = p.ids + t * p.k;
+  float* weights = p.weights + t * p.k;
+  for (int r = 0; r < p.k; ++r) {
+    float bv = -INFINITY, bp = 0.0f;
+    int bi = 0x7fffffff;
+#pragma unroll
+    for (int u = 0; u < kWarpPer; ++u) {
+      const int e = lane + 32 * u;
+      if (e < n && Better(choice[u], e, bv, bi)) {
+        bv = choice[u];
+        bi = e;
+        bp = prob[u];
+      }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+      const float ov = __shfl_xor_sync(detail::kFullMask, bv, o);
+      const int oi = __shfl_xor_sync(detail::kFullMask, bi, o);
+      const float op = __shfl_xor_sync(detail::kFullMask, bp, o);
+      if (Better(ov, oi, bv, bi)) {
+        bv = ov;
+        bi = oi;
+        bp = op;
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kWarpPer; ++u) {
+      if (lane + 32 * u == bi) choice[u] = -INFINITY;
+    }
+    if (lane == 0) {  // raw probability now, normalized below (lane 0 re-reads its own writes)
+      ids[r] = bi;
+      weights[r] = bp;
+      wsum += bp;
+    }
+  }
+  if (lane == 0) {
+    const float denom = p.normalize ? fmaxf(wsum, 6.103515625e-5f) : 1.0f;
+    const bool scaled = p.scale != 0.0f && p.scale != 1.0f;
+    for (int r = 0; r < p.k; ++r) {
+      float w = weights[r];
+      if (p.normalize) w /= denom;
+      if (scaled) w *= p.scale;
+      weights[r] = w;
+    }
+  }
+}
+
 }  // namespace
 
 cudaError_t MoeRoute(const MoeRouterParams& p, cudaStream_t stream) {
@@ -139,7 +229,11 @@ cudaError_t MoeRoute(const MoeRouterParams& p, cudaStream_t stream) {
       p.n_tokens > 0x7fffffff) {
     return cudaErrorInvalidValue;
   }
-  RouterKernel<<<static_cast<unsigned>(p.n_tokens), kThreads, 0, stream>>>(p);
+  if (p.n_experts <= kWarpExperts) {
+    RouterWarpKernel<<<static_cast<unsigned>(detail::CeilDiv(p.n_tokens, kWarpTokens)), 32 * kWarpTokens, 0, stream>>>(p);
+  } else {
+    RouterKernel<<<static_cast<unsigned>(p.n_tokens), kThreads, 0, stream>>>(p);
+  }
   K3_CUDA_CHECK(cudaGetLastError());
   return cudaSuccess;
 }

@@ -57,7 +57,12 @@ __global__ void __launch_bounds__(256) NormWarpKernel(const NormArgs a) {
   }
 }
 
-// One block per group (wide rows such as the 7168 hidden state).
+// One block per group (wide rows such as the 7168 hidden state). Thread j sums elements j,
+// j + blockDim, ... in that order. Up to kBlockPer elements per thread are kept in registers, their
+// loads all issued before the first use (a loop of dependent loads costs one memory latency per
+// element: a 7168 row took ~8.6 us, for 28 KB); wider rows are read twice.
+constexpr int kBlockPer = 8;
+
 __global__ void __launch_bounds__(1024) NormBlockKernel(const NormArgs a) {
   __shared__ float scratch[32];
   const int64_t group = blockIdx.x;
@@ -65,12 +70,33 @@ __global__ void __launch_bounds__(1024) NormBlockKernel(const NormArgs a) {
   const float* x = a.x + t * a.x_stride + g * a.width;
   float* y = a.y + t * a.y_stride + g * a.width;
   const float* gate = a.gate != nullptr ? a.gate + t * a.gate_stride + g * a.width : nullptr;
+  const int64_t step = blockDim.x;
+  if (a.width <= kBlockPer * step) {
+    float v[kBlockPer];
+#pragma unroll
+    for (int k = 0; k < kBlockPer; ++k) {
+      const int64_t i = threadIdx.x + k * step;
+      v[k] = i < a.width ? x[i] : 0.0f;
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kBlockPer; ++k) {
+      if (threadIdx.x + k * step < a.width) ss = fmaf(v[k], v[k], ss);
+    }
+    const float scale = Scale(detail::BlockSum(ss, scratch), a);
+#pragma unroll
+    for (int k = 0; k < kBlockPer; ++k) {
+      const int64_t i = threadIdx.x + k * step;
+      if (i < a.width) y[i] = Finish(v[k], scale, i, gate, a);
+    }
+    return;
+  }
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) ss = fmaf(x[i], x[i], ss);
+  for (int64_t i = threadIdx.x; i < a.width; i += step) ss = fmaf(x[i], x[i], ss);
   const float scale = Scale(detail::BlockSum(ss, scratch), a);
   // Every read of x above happened before the barrier inside BlockSum: writing y (which may be x)
   // is safe now.
-  for (int64_t i = threadIdx.x; i < a.width; i += blockDim.x) y[i] = Finish(x[i], scale, i, gate, a);
+  for (int64_t i = threadIdx.x; i < a.width; i += step) y[i] = Finish(x[i], scale, i, gate, a);
 }
 
 }  // namespace

@@ -7,7 +7,7 @@ namespace k3::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int64_t kSplit = 1024;            // columns per block
+constexpr int64_t kSplit = 256;  // columns per block: one per thread (28 blocks for a 7168 row, not 7)
 constexpr int kVecs = kResidualMixMaxCheckpoints + 1;
 
 struct MixArgs {

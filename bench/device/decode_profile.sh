@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Per-kernel time of one eager decode step (ncu --print-summary per-kernel) on the real-width slice,
+# on one GPU: where a step's milliseconds go, kernel by kernel. Binaries packed by tp_pack.sh
+# (BINS=k3_cuda_decode_bench; carry .k3carry).
+#   bash bench/device/decode_profile.sh [batch] [ctx]        (default 1 4096)
+set -uo pipefail
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+C=$PWD/.k3carry
+B=/tmp/k3bin
+mkdir -p $B
+export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+xz -dc $C/bin/k3_cuda_decode_bench.xz > $B/k3_cuda_decode_bench && chmod +x $B/k3_cuda_decode_bench
+BATCH=${1:-1}
+CTX=${2:-4096}
+ncu --profile-from-start off --clock-control none --print-summary per-kernel --section SpeedOfLight \
+  $B/k3_cuda_decode_bench --preset slice --layers 8 --quant UD-IQ1_S --ctx "$CTX" --batches "$BATCH" --steps 2 --ncu-step \
+  > "$OUT/ncu_step.txt" 2>&1
+echo "ncu rc=$?"
+# One line per kernel: invocations, mean duration (us), total (us), sorted by total.
+python3 - "$OUT/ncu_step.txt" <<'PY' | tee "$OUT/kernels_by_time.txt"
+import re, sys
+name = None; rows = []
+for line in open(sys.argv[1], errors="replace"):
+    m = re.match(r"\s{2}(\S.*?)\s+\(\d+, \d+, \d+\)x\(\d+, \d+, \d+\).*Invocations\s*(\d+)", line) or re.match(r"\s{2}(\S.*)\s+\(.*\)\s+Invocations:?\s*(\d+)", line)
+    if m: name, inv = m.group(1), int(m.group(2)); continue
+    m = re.match(r"\s+Duration\s+(\w+)\s+([\d.,]+)\s+([\d.,]+)\s+([\d.,]+)", line)
+    if m and name:
+        unit, avg = m.group(1), float(m.group(4).replace(",", ""))  # columns: min max avg
+        scale = {"ns": 1e-3, "us": 1.0, "usecond": 1.0, "ms": 1e3, "msecond": 1e3, "nsecond": 1e-3}.get(unit, 1.0)
+        rows.append((avg * scale * inv, inv, avg * scale, name[:110])); name = None
+rows.sort(reverse=True)
+tot = sum(r[0] for r in rows)
+print(f"total {tot:.1f} us over {sum(r[1] for r in rows)} kernels")
+for t, inv, avg, n in rows: print(f"{t:9.1f} us  {inv:4d} x {avg:8.2f} us  {n}")
+PY
