@@ -359,6 +359,31 @@ TEST(QuantGemvDirectTest, RepackIsExact) {
   }
 }
 
+// Matrices of one width repacked as parts (RepackQ8_0Rows) give the same bytes as the repack of
+// their concatenation: the stacked projections the engine runs as one GEMV.
+TEST(QuantGemvDirectTest, RepackRowsStacksParts) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(8);
+  const int64_t cols = 7168, parts[3] = {5, 96, 37};  // 138 rows: the quant plane is padded before the scales
+  const int64_t total = parts[0] + parts[1] + parts[2];
+  const size_t row_bytes = static_cast<size_t>(cols / 32) * 34;
+  const std::vector<uint8_t> ggml = RandomQuantRows(GgmlType::kQ8_0, total, cols, rng);
+  DeviceBuffer<uint8_t> d_ggml(ggml), d_whole(RepackedQ8_0Bytes(total, cols)), d_parts(RepackedQ8_0Bytes(total, cols));
+  d_whole.Poison();
+  d_parts.Poison();
+  K3_ASSERT_LAUNCH(RepackQ8_0(d_ggml.get(), total, cols, d_whole.get(), nullptr));
+  int64_t row0 = 0;
+  for (int64_t n : parts) {
+    K3_ASSERT_LAUNCH(RepackQ8_0Rows(d_ggml.get() + row0 * row_bytes, n, cols, d_parts.get(), total, row0, nullptr));
+    row0 += n;
+  }
+  const std::vector<uint8_t> whole = d_whole.Download(), stacked = d_parts.Download();
+  const size_t quants = static_cast<size_t>(total * cols), scale_off = RepackedQ8_0ScaleOffset(total, cols);
+  EXPECT_EQ(0, std::memcmp(whole.data(), stacked.data(), quants));
+  EXPECT_EQ(0, std::memcmp(whole.data() + scale_off, stacked.data() + scale_off, RepackedQ8_0Bytes(total, cols) - scale_off));
+  EXPECT_EQ(RepackQ8_0Rows(d_ggml.get(), 5, cols, d_parts.get(), 8, 4, nullptr), cudaErrorInvalidValue);  // past the end
+}
+
 TEST(QuantGemvDirectTest, K3ShapesQ8_0EveryM) {
   K3_REQUIRE_GPU();
   uint64_t seed = 500;

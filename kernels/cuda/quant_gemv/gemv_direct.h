@@ -50,6 +50,12 @@ size_t RepackedQ8_0Bytes(int64_t rows, int64_t cols);
 // cudaErrorInvalidValue / cudaErrorMisalignedAddress for bad arguments, nothing launched then.
 cudaError_t RepackQ8_0(const void* src, int64_t rows, int64_t cols, void* dst, cudaStream_t stream);
 
+// The same for a part: `rows` rows of ggml blocks become rows [dst_row0, dst_row0 + rows) of the
+// repacked matrix of dst_rows rows at `dst` (RepackedQ8_0Bytes(dst_rows, cols) bytes), so matrices of
+// one width can be stacked into one (a layer's projections of the same input, one GEMV launch).
+cudaError_t RepackQ8_0Rows(const void* src, int64_t rows, int64_t cols, void* dst, int64_t dst_rows, int64_t dst_row0,
+                           cudaStream_t stream);
+
 // The inverse view, for tests and debugging: out[r][c] = w of the repacked matrix at `repacked`,
 // as f32 (out: rows * cols floats, device), computed with the GEMV's own decoder.
 cudaError_t DequantizeRepackedQ8_0(const void* repacked, int64_t rows, int64_t cols, float* out,

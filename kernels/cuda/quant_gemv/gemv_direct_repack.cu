@@ -70,23 +70,31 @@ size_t RepackedQ8_0Bytes(int64_t rows, int64_t cols) {
   return RepackedQ8_0ScaleOffset(rows, cols) + static_cast<size_t>(rows) * static_cast<size_t>(cols / 32) * 2;
 }
 
-cudaError_t RepackQ8_0(const void* src, int64_t rows, int64_t cols, void* dst, cudaStream_t stream) {
+cudaError_t RepackQ8_0Rows(const void* src, int64_t rows, int64_t cols, void* dst, int64_t dst_rows, int64_t dst_row0,
+                           cudaStream_t stream) {
   using namespace direct;
   if (rows < 0 || cols <= 0 || cols % kQ8Block != 0 || src == nullptr || dst == nullptr) return cudaErrorInvalidValue;
+  if (dst_row0 < 0 || dst_rows < dst_row0 + rows) return cudaErrorInvalidValue;
   if ((reinterpret_cast<uintptr_t>(src) & 1u) != 0 || (reinterpret_cast<uintptr_t>(dst) & 15u) != 0) {
     return cudaErrorMisalignedAddress;
   }
   const int64_t blocks_per_row = cols / kQ8Block;
   const size_t src_bytes = static_cast<size_t>(rows) * static_cast<size_t>(blocks_per_row) * kQ8BlockBytes;
-  if (Overlap(src, src_bytes, dst, RepackedQ8_0Bytes(rows, cols))) return cudaErrorInvalidValue;
+  if (Overlap(src, src_bytes, dst, RepackedQ8_0Bytes(dst_rows, cols))) return cudaErrorInvalidValue;
   if (rows == 0) return cudaSuccess;
   auto* base = static_cast<uint8_t*>(dst);
-  auto* scales = reinterpret_cast<uint16_t*>(base + RepackedQ8_0ScaleOffset(rows, cols));
+  // Row r of the part is row dst_row0 + r of the whole: its quants and its scales shift by whole rows.
+  uint8_t* quants = base + dst_row0 * cols;
+  auto* scales = reinterpret_cast<uint16_t*>(base + RepackedQ8_0ScaleOffset(dst_rows, cols)) + dst_row0 * blocks_per_row;
   const int64_t n_blocks = rows * blocks_per_row;
   RepackQ8_0Kernel<<<GridFor(n_blocks), kRepackThreads, 0, stream>>>(static_cast<const uint8_t*>(src), n_blocks,
-                                                                     blocks_per_row, cols, base, scales);
+                                                                     blocks_per_row, cols, quants, scales);
   K3_CUDA_CHECK(cudaGetLastError());
   return cudaSuccess;
+}
+
+cudaError_t RepackQ8_0(const void* src, int64_t rows, int64_t cols, void* dst, cudaStream_t stream) {
+  return RepackQ8_0Rows(src, rows, cols, dst, rows, 0, stream);
 }
 
 cudaError_t DequantizeRepackedQ8_0(const void* repacked, int64_t rows, int64_t cols, float* out, cudaStream_t stream) {
