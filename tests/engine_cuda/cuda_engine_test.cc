@@ -4,7 +4,9 @@
 // f16 cache). Skips when no CUDA device is usable.
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -16,6 +18,8 @@
 #include "tests/common/logit_metrics.h"
 #include "worker/engine/engine.h"
 #include "worker/engine_cuda/cuda_engine.h"
+#include "worker/engine_cuda/cuda_rank_engine.h"
+#include "worker/runtime/band_merge.h"
 #include "worker/synth/presets.h"
 #include "worker/synth/synth_model.h"
 #include "worker/synth/synth_writer.h"
@@ -238,6 +242,65 @@ TEST_F(CudaGoldenTest, BatchedMatchesReferenceAndEagerMatchesGraphs) {
     const double d = k3::testing::RelL2(alone, got);
     std::printf("batched graphs vs alone eager, prompt %zu: relL2 %.3e\n", p, d);
     EXPECT_LE(d, 1e-4);
+  }
+}
+
+// The bands summarized on the GPU (ForwardSummaries, through CudaRankEngine::ForwardBands as the
+// worker group calls it) against SummarizeBand: on the engine's own downloaded band for entries
+// with full_logits, else on the band a twin engine with the same history computes (plain Forward,
+// which must then agree bit for bit). Prefill of every position in chunks and of the last, then
+// decode steps mixing top_n (1..kMaxTopN) and full_logits.
+TEST_F(CudaGoldenTest, BandSummariesMatchSummarizeBand) {
+  auto e = Open(false, true, /*prefill_chunk=*/16);
+  auto twin = Open(false, true, /*prefill_chunk=*/16);
+  ASSERT_NE(e, nullptr);
+  ASSERT_NE(twin, nullptr);
+  CudaRankEngine rank(*e);
+  const int64_t band = e->shard().vocab_width, begin = e->shard().vocab_begin;
+  const auto& p = prompts_;
+  using runtime::StepEntry;
+  const std::vector<std::vector<StepEntry>> steps = {
+      {{1, p[2], 16, true, true}, {2, p[1], runtime::kMaxTopN, false, false}, {3, p[0], 40, true, true}},
+      {{1, {p[3][0]}, 1, true, false}, {2, {p[3][1]}, 40, false, false}, {3, {p[3][2]}, 2, true, false}},
+      {{1, {p[3][3]}, runtime::kMaxTopN, false, false}, {2, {p[3][4]}, 5, true, true}},
+  };
+  for (SeqId id : {1, 2, 3}) {
+    ASSERT_TRUE(e->Add(id).ok());
+    ASSERT_TRUE(twin->Add(id).ok());
+  }
+  for (size_t s = 0; s < steps.size(); ++s) {
+    auto got = rank.ForwardBands(steps[s]);
+    ASSERT_TRUE(got.ok()) << got.status();
+    std::vector<SeqInput> inputs;
+    for (const StepEntry& en : steps[s]) inputs.push_back({en.seq, en.tokens, en.all_positions});
+    auto want = twin->Forward(inputs);
+    ASSERT_TRUE(want.ok()) << want.status();
+    ASSERT_EQ(got->size(), steps[s].size());
+    for (size_t i = 0; i < steps[s].size(); ++i) {
+      const StepEntry& en = steps[s][i];
+      ASSERT_EQ(static_cast<int64_t>((*got)[i].size()), want->n_rows[i]);
+      for (int64_t row = 0; row < want->n_rows[i]; ++row) {
+        SCOPED_TRACE(::testing::Message() << "step " << s << " entry " << i << " row " << row << " top_n " << en.top_n);
+        const runtime::RowOutput& g = (*got)[i][row];
+        const float* logits = want->row(i, row);
+        if (en.full_logits) {
+          ASSERT_EQ(static_cast<int64_t>(g.logits.size()), band);
+          EXPECT_EQ(std::memcmp(g.logits.data(), logits, band * sizeof(float)), 0) << "the twin engine differs";
+          logits = g.logits.data();  // the engine's own band
+        } else {
+          EXPECT_TRUE(g.logits.empty());
+        }
+        std::vector<runtime::Candidate> top(en.top_n);
+        float lse = 0;
+        runtime::SummarizeBand(logits, band, begin, en.top_n, top.data(), &lse);
+        ASSERT_EQ(static_cast<int32_t>(g.top.size()), en.top_n);
+        for (int32_t k = 0; k < en.top_n; ++k) {
+          ASSERT_EQ(g.top[k].token, top[k].token) << "slot " << k;
+          ASSERT_EQ(std::memcmp(&g.top[k].logit, &top[k].logit, 4), 0) << "slot " << k;
+        }
+        EXPECT_NEAR(g.logsumexp, lse, 1e-6 * std::max(1.0f, std::fabs(lse)));
+      }
+    }
   }
 }
 

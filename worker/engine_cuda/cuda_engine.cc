@@ -9,8 +9,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/activation/activation.h"
+#include "kernels/cuda/band_top/band_top.h"
 #include "kernels/cuda/kda/kda.h"
 #include "kernels/cuda/mla/mla_decode.h"
+#include "kernels/cuda/mla/mla_prefill.h"
 #include "kernels/cuda/moe/moe_router.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/cuda/residual_mix/residual_mix.h"
@@ -52,6 +54,7 @@ struct CudaEngine::Impl : DGlobals {
   std::vector<float*> bank;
   float *x, *cur, *h, *delta, *mix_ws, *y, *logits;
   float *kq, *kk, *kv_, *pq, *pk, *pv, *fa, *g, *beta, *o, *gp;
+  float* in_proj;  // [B][4D]: the stacked q | k | v | g projections (DKda::in_proj)
   float *qa, *qf, *mkv, *qabs, *lat, *mo, *mgate, *mla_ws;
   int64_t mla_ws_floats = 0;
   float *rlogits, *wts, *wloc, *r, *xe, *ge, *ue, *ye, *reduce, *sg, *su, *dg, *du;
@@ -62,11 +65,19 @@ struct CudaEngine::Impl : DGlobals {
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;
   float* logits_h = nullptr;  // pinned [B][band]
+  // Band summaries (ForwardSummaries): BandTop's outputs for up to `rows` rows, their pinned
+  // copies, and its workspace.
+  cuda::BandTopCandidate *top_d = nullptr, *top_h = nullptr;  // [rows][kBandTopMaxN]
+  float *lse_d = nullptr, *lse_h = nullptr;                    // [rows]
+  void* band_ws = nullptr;
+  size_t band_ws_bytes = 0;
 
   ~Impl() {
     if (meta_h) cudaFreeHost(meta_h);
     if (pmeta_h) cudaFreeHost(pmeta_h);
     if (logits_h) cudaFreeHost(logits_h);
+    if (top_h) cudaFreeHost(top_h);
+    if (lse_h) cudaFreeHost(lse_h);
   }
   template <class T>
   absl::StatusOr<T*> Alloc(size_t n) {
@@ -229,6 +240,13 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.y, F(B * H));
   K3_ASSIGN_OR_RETURN(m.mix_ws, F(cuda::ResidualMixWorkspaceFloats(B, H)));
   K3_ASSIGN_OR_RETURN(m.logits, F(B * shard_.vocab_width));
+  K3_ASSIGN_OR_RETURN(m.top_d, m.Alloc<cuda::BandTopCandidate>(B * cuda::kBandTopMaxN));
+  K3_ASSIGN_OR_RETURN(m.lse_d, F(B));
+  m.band_ws_bytes = cuda::BandTopWorkspaceBytes(B, shard_.vocab_width, cuda::kBandTopMaxN);
+  K3_ASSIGN_OR_RETURN(uint8_t* band_ws, m.Alloc<uint8_t>(m.band_ws_bytes));
+  m.band_ws = band_ws;
+  K3_CU(cudaMallocHost(&m.top_h, static_cast<size_t>(B) * cuda::kBandTopMaxN * sizeof(cuda::BandTopCandidate)));
+  K3_CU(cudaMallocHost(&m.lse_h, static_cast<size_t>(B) * sizeof(float)));
   // KDA
   K3_ASSIGN_OR_RETURN(m.pq, F(B * D));
   K3_ASSIGN_OR_RETURN(m.pk, F(B * D));
@@ -241,6 +259,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.beta, F(B * nh));
   K3_ASSIGN_OR_RETURN(m.o, F(B * D));
   K3_ASSIGN_OR_RETURN(m.gp, F(B * D));
+  K3_ASSIGN_OR_RETURN(m.in_proj, F(B * 4 * D));
   // MLA
   const int64_t qk = c.mla_qk_head_dim(), row = c.mla_row, lora = c.kv_lora_rank;
   K3_ASSIGN_OR_RETURN(m.qa, F(B * c.q_lora_rank));
@@ -254,6 +273,13 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   const int max_splits = cuda::MlaDecodeSplits(1, nh, max_ctx) * 2 + 8;
   m.mla_ws_floats = std::max(cuda::MlaDecodeWorkspaceFloats(MB, nh, lora, max_splits),
                              cuda::MlaDecodeWorkspaceFloats(B, nh, lora, 2));
+  if (!options.exact_prefill) {
+    // The tensor-core prefill attention shares it: an f16 copy of an f32 cache's rows (up to the
+    // longest bucket) plus 64 MB for context-split partials (fewer splits are used if they need more).
+    const auto ct = options.cache_f16 ? cuda::MlaCacheType::kF16 : cuda::MlaCacheType::kF32;
+    const int64_t pf = cuda::MlaPrefillWorkspaceBytes(ct, MlaBucket(max_ctx), options.prefill_chunk, nh, row, lora, 1);
+    m.mla_ws_floats = std::max(m.mla_ws_floats, pf / 4 + (int64_t{16} << 20));
+  }
   K3_ASSIGN_OR_RETURN(m.mla_ws, F(m.mla_ws_floats));
   // MoE / dense
   const int64_t E = c.n_experts, K = c.n_experts_used, L = c.expert_latent, Fw = shard_.expert_ffn_width;
@@ -624,7 +650,37 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       dp.n_splits = cuda::MlaDecodeSplits(n, nh, bucket);
       while (cuda::MlaDecodeWorkspaceFloats(n, nh, lora, dp.n_splits) > m.mla_ws_floats && dp.n_splits > 1) --dp.n_splits;
       dp.workspace = m.mla_ws;
-      K3_CU(cuda::MlaDecode(dp, s));
+      if (grouped && MP == 0) {
+        // A prefill chunk (one sequence, one block table): flash attention on tensor cores over
+        // (row, head) pairs, f16 operands; the per-row decode kernel above is the exact path.
+        cuda::MlaPrefillParams pp;
+        pp.q = m.qabs;
+        pp.q_row_stride = nh * row;
+        pp.cache = layer_cache;
+        pp.cache_type = dp.cache_type;
+        pp.page_stride = page_elems;
+        pp.row_stride = row;
+        pp.page_size = options_.page_size;
+        pp.block_table = bt_d;
+        pp.seq_lens = lens_d;
+        pp.n_rows = n;
+        pp.n_heads = nh;
+        pp.row_width = row;
+        pp.value_width = lora;
+        pp.max_len = bucket;
+        pp.scale = dp.scale;
+        pp.out = m.lat;
+        pp.out_row_stride = nh * lora;
+        pp.n_splits = cuda::MlaPrefillSplits(n, nh, bucket);
+        while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, n, nh, row, lora, pp.n_splits) >
+                                      4 * m.mla_ws_floats) {
+          --pp.n_splits;
+        }
+        pp.workspace = m.mla_ws;
+        K3_CU(cuda::MlaPrefill(pp, s));
+      } else {
+        K3_CU(cuda::MlaDecode(dp, s));
+      }
       if (grouped) {
         for (int64_t hh = 0; hh < nh; ++hh) {
           K3_CU(Prod(Slice(w.v_b, hh), m.lat + hh * lora, nh * lora, m.mo + hh * vd, nh * vd, n));
@@ -646,20 +702,24 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       float* proj[3] = {m.pq, m.pk, m.pv};
       float* outs[3] = {m.kq, m.kk, m.kv_};
       float* hist = m.conv_hist + ki * options_.max_seqs * conv_floats;
+      // GEMV-sized steps read four projections of m.h (q | k | v | g) in one launch.
+      const bool stacked = !grouped && w.in_proj.direct != nullptr;
+      const int64_t Wp = w.in_proj.rows;
+      if (stacked) K3_CU(Gemv(w.in_proj, m.h, H, m.in_proj, Wp, n, s));
       for (int which = 0; which < 3; ++which) {
-        K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
+        if (!stacked) K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
         cuda::ShortConvParams cp;
         cp.weight = convw[which];
         cp.history = hist + which * (taps - 1) * D;
         cp.history_slot_stride = static_cast<int64_t>(conv_floats);
         cp.slots = slots_d;
-        cp.in = proj[which];
+        cp.in = stacked ? m.in_proj + which * D : proj[which];
         cp.out = outs[which];
         cp.n_seqs = v.n_seqs;
         cp.n_tokens = v.run;
         cp.channels = D;
         cp.taps = taps;
-        cp.in_stride = D;
+        cp.in_stride = stacked ? Wp : D;
         cp.out_stride = D;
         K3_CU(cuda::ShortConvSilu(cp, s));
       }
@@ -693,8 +753,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       kp.out_stride = D;
       kp.scale = 1.0f / std::sqrt(static_cast<float>(hd));
       K3_CU(cuda::KdaDecode(kp, s));
-      K3_CU(Prod(w.g, m.h, H, m.gp, D, n));
-      K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, m.gp));
+      if (!stacked) K3_CU(Prod(w.g, m.h, H, m.gp, D, n));
+      K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, stacked ? m.in_proj + 3 * D : m.gp, cuda::NormKind::kRms,
+                stacked ? Wp : 0));
       K3_CU(Prod(w.out, m.o, D, m.delta, H, n));
     }
     K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
@@ -803,7 +864,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* host_logits) {
+absl::Status CudaEngine::LaunchDecode(std::span<const SeqId> ids, std::span<const int32_t> tokens) {
   StepView view;
   K3_RETURN_IF_ERROR(Prepare(ids, tokens, &view));
   const int64_t n = view.n;
@@ -827,7 +888,12 @@ absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int3
   } else {
     K3_RETURN_IF_ERROR(Enqueue(view, nullptr));
   }
-  const size_t band = static_cast<size_t>(shard_.vocab_width);
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* host_logits) {
+  K3_RETURN_IF_ERROR(LaunchDecode(ids, tokens));
+  const size_t n = ids.size(), band = static_cast<size_t>(shard_.vocab_width);
   if (host_logits != nullptr) {
     K3_CU(cudaMemcpyAsync(impl_->logits_h, impl_->logits, n * band * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
@@ -898,7 +964,7 @@ absl::Status CudaEngine::Prefill(SeqId id, std::span<const int32_t> tokens, bool
   return absl::OkStatus();
 }
 
-absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inputs) {
+absl::Status CudaEngine::CheckBatch(std::span<const SeqInput> inputs) const {
   if (inputs.empty()) return absl::InvalidArgumentError("empty batch");
   std::unordered_set<SeqId> seen;
   for (const SeqInput& in : inputs) {
@@ -912,6 +978,11 @@ absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inpu
       if (t < 0 || t >= config_.vocab) return absl::InvalidArgumentError("token id outside the vocabulary");
     }
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inputs) {
+  K3_RETURN_IF_ERROR(CheckBatch(inputs));
   ForwardResult result;
   result.vocab = config_.vocab;
   result.band_begin = shard_.vocab_begin;
@@ -953,6 +1024,98 @@ absl::StatusOr<ForwardResult> CudaEngine::Forward(std::span<const SeqInput> inpu
     }
   }
   return result;
+}
+
+absl::Status CudaEngine::DownloadSummaries(int64_t rows, int32_t n, std::span<float* const> full) {
+  Impl& m = *impl_;
+  const int64_t band = shard_.vocab_width;
+  cuda::BandTopParams p;
+  p.logits = m.logits;
+  p.logits_stride = band;
+  p.rows = rows;
+  p.band_width = band;
+  p.band_begin = shard_.vocab_begin;
+  p.n = n;
+  p.top = m.top_d;
+  p.logsumexp = m.lse_d;
+  p.workspace = m.band_ws;
+  p.workspace_bytes = m.band_ws_bytes;
+  K3_CU(cuda::BandTop(p, stream_));
+  K3_CU(cudaMemcpyAsync(m.top_h, m.top_d, rows * n * sizeof(cuda::BandTopCandidate), cudaMemcpyDeviceToHost, stream_));
+  K3_CU(cudaMemcpyAsync(m.lse_h, m.lse_d, rows * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+  for (int64_t j = 0; j < rows; ++j) {
+    if (full[j] != nullptr) {
+      K3_CU(cudaMemcpyAsync(full[j], m.logits + j * band, band * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    }
+  }
+  K3_CU(cudaStreamSynchronize(stream_));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<BandSummary>> CudaEngine::ForwardSummaries(std::span<const SeqInput> inputs,
+                                                                     std::span<const BandRequest> requests) {
+  if (requests.size() != inputs.size()) return absl::InvalidArgumentError("one band request per input");
+  for (const BandRequest& r : requests) {
+    if (r.top_n < 1 || r.top_n > cuda::kBandTopMaxN) {
+      return absl::InvalidArgumentError(absl::StrCat("top_n ", r.top_n, " outside 1..", cuda::kBandTopMaxN));
+    }
+  }
+  K3_RETURN_IF_ERROR(CheckBatch(inputs));
+  const int64_t band = shard_.vocab_width;
+  std::vector<BandSummary> out(inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const int64_t rows = inputs[i].all_logits ? static_cast<int64_t>(inputs[i].tokens.size()) : 1;
+    out[i].top.resize(rows * requests[i].top_n);
+    out[i].logsumexp.resize(rows);
+    if (requests[i].full_logits) out[i].logits.resize(rows * band);
+  }
+  // Row j of the last download (n candidates each) is row `row` of input i.
+  auto take = [&](int64_t j, int32_t n, size_t i, int64_t row) {
+    const int32_t k = requests[i].top_n;  // a prefix of the n best is the k best
+    std::copy(impl_->top_h + j * n, impl_->top_h + j * n + k, out[i].top.begin() + row * k);
+    out[i].logsumexp[row] = impl_->lse_h[j];
+  };
+  // Runs of several tokens: prefill. With all_logits, one chunk per Prefill call, summarized
+  // before the next chunk's rows overwrite it; otherwise the last row of the run.
+  std::vector<size_t> single;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const SeqInput& in = inputs[i];
+    if (in.tokens.size() == 1) {
+      single.push_back(i);
+      continue;
+    }
+    const int64_t total = static_cast<int64_t>(in.tokens.size());
+    const int64_t chunk = in.all_logits ? options_.prefill_chunk : total;
+    for (int64_t t0 = 0; t0 < total; t0 += chunk) {
+      const int64_t nt = std::min(chunk, total - t0);
+      K3_RETURN_IF_ERROR(Prefill(in.seq, in.tokens.subspan(t0, nt), in.all_logits, nullptr));
+      const int64_t rows = in.all_logits ? nt : 1, first = in.all_logits ? t0 : 0;
+      std::vector<float*> full(rows, nullptr);
+      for (int64_t j = 0; j < rows && requests[i].full_logits; ++j) full[j] = out[i].logits.data() + (first + j) * band;
+      K3_RETURN_IF_ERROR(DownloadSummaries(rows, requests[i].top_n, full));
+      for (int64_t j = 0; j < rows; ++j) take(j, requests[i].top_n, i, first + j);
+    }
+  }
+  // Single tokens: decode steps of up to max_batch rows, summarized at the step's largest top_n.
+  for (size_t b0 = 0; b0 < single.size(); b0 += options_.max_batch) {
+    const size_t nb = std::min<size_t>(options_.max_batch, single.size() - b0);
+    std::vector<SeqId> ids;
+    std::vector<int32_t> toks;
+    std::vector<float*> full;
+    int32_t n = 1;
+    for (size_t j = 0; j < nb; ++j) {
+      const size_t i = single[b0 + j];
+      ids.push_back(inputs[i].seq);
+      toks.push_back(inputs[i].tokens[0]);
+      full.push_back(requests[i].full_logits ? out[i].logits.data() : nullptr);
+      n = std::max(n, requests[i].top_n);
+    }
+    K3_RETURN_IF_ERROR(LaunchDecode(ids, toks));
+    K3_RETURN_IF_ERROR(DownloadSummaries(static_cast<int64_t>(nb), n, full));
+    Commit(ids);
+    for (size_t j = 0; j < nb; ++j) take(static_cast<int64_t>(j), n, single[b0 + j], 0);
+  }
+  return out;
 }
 
 }  // namespace k3::engine_cuda

@@ -31,6 +31,7 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/communicator.h"
+#include "kernels/cuda/band_top/band_top.h"
 #include "kernels/quant/ggml_type.h"
 #include "worker/engine/engine.h"
 #include "worker/model/k3_config.h"
@@ -92,6 +93,19 @@ struct StepProfile {
   }
 };
 
+// ForwardSummaries' request for one input, and what it returns for it: per output row (one, or
+// every token with all_logits), the band's best top_n (cuda::BandTop's order and padding: the
+// same as runtime::SummarizeBand), the band's logsumexp, and the band's logits if asked for.
+struct BandRequest {
+  int32_t top_n = 1;  // 1..cuda::kBandTopMaxN
+  bool full_logits = false;
+};
+struct BandSummary {
+  std::vector<cuda::BandTopCandidate> top;  // [rows][top_n]
+  std::vector<float> logsumexp;             // [rows]
+  std::vector<float> logits;                // [rows][band] with full_logits, else empty
+};
+
 class CudaEngine {
  public:
   static absl::StatusOr<std::unique_ptr<CudaEngine>> Open(const std::string& path,
@@ -133,6 +147,10 @@ class CudaEngine {
   // The CPU engine's Forward contract: runs of several tokens go through Prefill, single tokens
   // through decode steps of up to max_batch rows.
   absl::StatusOr<ForwardResult> Forward(std::span<const SeqInput> batch);
+  // Forward's steps, each output row's band summarized on the device (kernels/cuda/band_top), so
+  // only the summaries come back, plus the band of the inputs whose request wants full_logits.
+  absl::StatusOr<std::vector<BandSummary>> ForwardSummaries(std::span<const SeqInput> batch,
+                                                            std::span<const BandRequest> requests);
 
   // One decode step: token[i] appended to seqs[i] (each once, at most max_batch). Logits of
   // the vocabulary band go to host_logits ([n][band]) when not null.
@@ -171,6 +189,12 @@ class CudaEngine {
   };
   static int MlaBucket(int64_t max_len);
   absl::Status Prepare(std::span<const SeqId> seqs, std::span<const int32_t> tokens, StepView* view);
+  absl::Status CheckBatch(std::span<const SeqInput> batch) const;  // Forward's checks
+  // Prepares a decode step and launches it (its graph, or eagerly) on the stream; no wait.
+  absl::Status LaunchDecode(std::span<const SeqId> seqs, std::span<const int32_t> tokens);
+  // After a step on the stream: BandTop over its head rows [0, rows) of the logits into the
+  // pinned top_h [rows][n] and lse_h [rows], the band of row j to full[j] where not null; waits.
+  absl::Status DownloadSummaries(int64_t rows, int32_t n, std::span<float* const> full);
   absl::Status PreparePrefill(SeqId seq, std::span<const int32_t> tokens, StepView* view);
   absl::Status Enqueue(const StepView& view, std::vector<std::pair<int, cudaEvent_t>>* marks);
   absl::StatusOr<StepProfile> Collect(std::vector<std::pair<int, cudaEvent_t>>& marks);

@@ -33,7 +33,13 @@ struct DStack {
 };
 using DVec = const float*;
 
-struct DKda { DMat q, k, v, f_a, f_b, beta, g, out; DVec conv_q, conv_k, conv_v, a, dt_bias, norm; };
+struct DKda {
+  DMat q, k, v, f_a, f_b, beta, g, out;
+  // q | k | v | g stacked by rows in the direct-GEMV form (all read the normed input): decode steps
+  // run them as one launch; empty (direct == nullptr) when they cannot be stacked.
+  DMat in_proj;
+  DVec conv_q, conv_k, conv_v, a, dt_bias, norm;
+};
 struct DMla { DMat q_a, q_b, kv_a, gate, out; DVec q_a_norm, kv_a_norm; DStack k_b, v_b; bool has_gate = false; };
 struct DDense { DMat gate, up, down; };
 struct DMoe {

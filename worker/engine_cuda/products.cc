@@ -81,7 +81,7 @@ cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* off
 }
 
 cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
-                int64_t groups, const float* gate, cuda::NormKind kind) {
+                int64_t groups, const float* gate, cuda::NormKind kind, int64_t gate_stride) {
   cuda::RowNormParams p;
   p.x = x;
   p.y = y;
@@ -92,7 +92,7 @@ cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t wid
   p.width = width;
   p.x_stride = groups * width;
   p.y_stride = groups * width;
-  p.gate_stride = groups * width;
+  p.gate_stride = gate_stride > 0 ? gate_stride : groups * width;
   p.eps = eps;
   p.kind = kind;
   return cuda::RowNorm(p, s);

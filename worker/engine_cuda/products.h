@@ -49,8 +49,10 @@ cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* off
                            int64_t n_rows, GemmScratch ws, cudaStream_t s);
 
 // Row (or per-group) RMS / L2 norm, optionally times a weight and gated by sigmoid(gate).
+// gate_stride: floats between the gate's rows (0: groups * width, the rows of x).
 cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,
-                int64_t groups = 1, const float* gate = nullptr, cuda::NormKind kind = cuda::NormKind::kRms);
+                int64_t groups = 1, const float* gate = nullptr, cuda::NormKind kind = cuda::NormKind::kRms,
+                int64_t gate_stride = 0);
 
 // g = situ(g, u) (the config's beta and linear beta), rows x width, in place.
 cudaError_t SituInto(float* g, const float* u, int64_t rows, int64_t width, const model::K3Config& c,

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -42,7 +43,41 @@ class Uploader {
   }
   uint64_t direct_bytes() const { return direct_bytes_; }
 
-  absl::StatusOr<DMat> Mat(const quant::QuantMatrix& m) {
+  // The direct-GEMV form of matrices of one input stacked by rows (parts[0] first), so a decode
+  // step reads them in one launch: `stacked` gets rows = Σ rows, `direct` = the stacked repack and no
+  // block-layout data (it is never a GEMM operand). Only when direct forms are on and every part
+  // is Q8_0 of the same width; otherwise `stacked` stays empty (direct == nullptr) and each part
+  // keeps its own direct form. Parts must have been uploaded without one (Mat(..., false)) or
+  // will be given theirs here.
+  absl::Status StackDirect(std::span<DMat* const> parts, DMat* stacked) {
+    *stacked = DMat{};
+    bool ok = direct_ && !parts.empty();
+    int64_t rows = 0;
+    for (const DMat* p : parts) {
+      ok = ok && p->type == quant::GgmlType::kQ8_0 && p->cols == parts[0]->cols && p->cols % 32 == 0;
+      rows += p->rows;
+    }
+    if (!ok) {
+      for (DMat* p : parts) {
+        if (p->direct == nullptr) K3_RETURN_IF_ERROR(AddDirect(*p));
+      }
+      return absl::OkStatus();
+    }
+    const int64_t cols = parts[0]->cols;
+    const size_t bytes = cuda::RepackedQ8_0Bytes(rows, cols);
+    K3_ASSIGN_OR_RETURN(uint8_t* dst, arena_.Alloc<uint8_t>(bytes));
+    int64_t row0 = 0;
+    for (const DMat* p : parts) {
+      K3_CU(cuda::RepackQ8_0Rows(p->data, p->rows, cols, dst, rows, row0, nullptr));
+      row0 += p->rows;
+    }
+    *stacked = DMat{quant::GgmlType::kQ8_0, nullptr, rows, cols, parts[0]->row_bytes, dst};
+    direct_bytes_ += bytes;
+    return absl::OkStatus();
+  }
+
+  // with_direct = false: no direct form now (the matrix is part of a StackDirect stack).
+  absl::StatusOr<DMat> Mat(const quant::QuantMatrix& m, bool with_direct = true) {
     if (!cuda::QuantGemvSupports(m.type)) {
       return absl::InvalidArgumentError(absl::StrCat("no GPU GEMV for type ", std::string(quant::TypeName(m.type))));
     }
@@ -50,14 +85,14 @@ class Uploader {
     if (OnDevice(m.data)) {  // filled in place on the GPU (synthetic weights): adopt it
       bytes_ += n;
       DMat d{m.type, m.data, m.rows, m.cols, m.row_bytes};
-      K3_RETURN_IF_ERROR(AddDirect(d));
+      if (with_direct) K3_RETURN_IF_ERROR(AddDirect(d));
       return d;
     }
     K3_ASSIGN_OR_RETURN(uint8_t* d, arena_.Alloc<uint8_t>(n));
     K3_CU(cudaMemcpy(d, m.data, n, cudaMemcpyHostToDevice));
     bytes_ += n;
     DMat dm{m.type, d, m.rows, m.cols, m.row_bytes};
-    K3_RETURN_IF_ERROR(AddDirect(dm));
+    if (with_direct) K3_RETURN_IF_ERROR(AddDirect(dm));
     return dm;
   }
   absl::StatusOr<DStack> Stack(const engine::MatrixStack& s) {
@@ -101,20 +136,22 @@ class Uploader {
     } else {
       const engine::KdaWeights& w = l.kda;
       DKda& k = d.kda;
-      K3_ASSIGN_OR_RETURN(k.q, Mat(w.q));
-      K3_ASSIGN_OR_RETURN(k.k, Mat(w.k));
-      K3_ASSIGN_OR_RETURN(k.v, Mat(w.v));
+      K3_ASSIGN_OR_RETURN(k.q, Mat(w.q, false));
+      K3_ASSIGN_OR_RETURN(k.k, Mat(w.k, false));
+      K3_ASSIGN_OR_RETURN(k.v, Mat(w.v, false));
       K3_ASSIGN_OR_RETURN(k.conv_q, Vec(w.conv_q));
       K3_ASSIGN_OR_RETURN(k.conv_k, Vec(w.conv_k));
       K3_ASSIGN_OR_RETURN(k.conv_v, Vec(w.conv_v));
-      K3_ASSIGN_OR_RETURN(k.f_a, Mat(w.f_a));
+      K3_ASSIGN_OR_RETURN(k.f_a, Mat(w.f_a));  // F32 in the UD mixes: not stackable with the Q8_0 four
       K3_ASSIGN_OR_RETURN(k.f_b, Mat(w.f_b));
       K3_ASSIGN_OR_RETURN(k.beta, Mat(w.beta));
       K3_ASSIGN_OR_RETURN(k.a, Vec(w.a));
       K3_ASSIGN_OR_RETURN(k.dt_bias, Vec(w.dt_bias));
-      K3_ASSIGN_OR_RETURN(k.g, Mat(w.g));
+      K3_ASSIGN_OR_RETURN(k.g, Mat(w.g, false));
       K3_ASSIGN_OR_RETURN(k.norm, Vec(w.norm));
       K3_ASSIGN_OR_RETURN(k.out, Mat(w.out));
+      DMat* const stack[4] = {&k.q, &k.k, &k.v, &k.g};  // the order of DKda::in_proj
+      K3_RETURN_IF_ERROR(StackDirect(stack, &k.in_proj));
     }
     if (c.is_dense(il)) {
       K3_ASSIGN_OR_RETURN(d.dense.gate, Mat(l.dense.gate));

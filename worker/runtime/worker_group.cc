@@ -25,6 +25,20 @@ absl::Status ApplySequenceChanges(RankEngine& engine, const Step& step) {
   return absl::OkStatus();
 }
 
+// The engine's summaries must fill the message exactly: rows, candidates and band per entry.
+absl::Status CheckBands(const Step& step, const std::vector<std::vector<RowOutput>>& bands, int64_t band_width) {
+  bool ok = bands.size() == step.entries.size();
+  for (size_t i = 0; ok && i < bands.size(); ++i) {
+    const StepEntry& e = step.entries[i];
+    ok = static_cast<int64_t>(bands[i].size()) == RowsOf(e);
+    for (const RowOutput& row : bands[i]) {
+      ok = ok && static_cast<int64_t>(row.top.size()) == e.top_n &&
+           static_cast<int64_t>(row.logits.size()) == (e.full_logits ? band_width : 0);
+    }
+  }
+  return ok ? absl::OkStatus() : absl::InternalError("the engine's band summaries do not match the step's shape");
+}
+
 }  // namespace
 
 int64_t SummaryBytes(const Step& step, int64_t band_width) {
@@ -51,28 +65,21 @@ std::vector<uint8_t> WorkerGroup::RunLocal(const Step& step, absl::Status& statu
   const int64_t band_width = engine_.vocab_band_width();
   std::vector<uint8_t> msg(SummaryBytes(step, band_width), 0);
   status = ApplySequenceChanges(engine_, step);
-  absl::StatusOr<engine::ForwardResult> result;
+  absl::StatusOr<std::vector<std::vector<RowOutput>>> bands;
   if (status.ok() && !step.entries.empty()) {
-    std::vector<engine::SeqInput> inputs;
-    for (const StepEntry& e : step.entries) inputs.push_back({e.seq, e.tokens, e.all_positions});
-    result = engine_.Forward(inputs);
-    if (!result.ok()) status = result.status();
+    bands = engine_.ForwardBands(step.entries);
+    status = bands.ok() ? CheckBands(step, *bands, band_width) : bands.status();
   }
   if (status.ok() && !step.entries.empty()) {
     uint8_t* p = msg.data() + kHeaderBytes;
     for (size_t i = 0; i < step.entries.size(); ++i) {
-      const StepEntry& e = step.entries[i];
-      for (int64_t row = 0; row < RowsOf(e); ++row) {
-        const float* logits = result->row(i, row);
-        std::vector<Candidate> top(e.top_n);
-        float lse = 0;
-        SummarizeBand(logits, band_width, result->band_begin, e.top_n, top.data(), &lse);
-        std::memcpy(p, top.data(), top.size() * sizeof(Candidate));
-        p += top.size() * sizeof(Candidate);
-        std::memcpy(p, &lse, 4);
+      for (const RowOutput& row : (*bands)[i]) {
+        std::memcpy(p, row.top.data(), row.top.size() * sizeof(Candidate));
+        p += row.top.size() * sizeof(Candidate);
+        std::memcpy(p, &row.logsumexp, 4);
         p += 4;
-        if (e.full_logits) {
-          std::memcpy(p, logits, band_width * 4);
+        if (step.entries[i].full_logits) {
+          std::memcpy(p, row.logits.data(), band_width * 4);
           p += band_width * 4;
         }
       }

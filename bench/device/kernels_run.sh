@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# The GPU kernel tests (all of kernels_cuda_test, band_top_cuda_test), compute-sanitizer on a
+# chosen filter, and the IQ1_S expert GEMV timings, in one device call. Binaries built HERE in
+# build/cuda and carried in .k3kern by the pack step. Writes $OUT/kernels_run.log (+ per-step logs).
+#   here:   bash bench/device/kernels_run.sh pack
+#   there:  K3_SAN_FILTER='*MlaPrefill*' bash bench/device/kernels_run.sh      (carry .k3kern)
+set -uo pipefail
+BINS="kernels_cuda_test band_top_cuda_test k3_cuda_gemv_bench"
+if [ "${1:-}" = pack ]; then
+  grep -qx '/.k3kern/' .git/info/exclude || echo '/.k3kern/' >> .git/info/exclude
+  rm -rf .k3kern && mkdir -p .k3kern/bin .k3kern/lib
+  for b in $BINS; do strip -o .k3kern/bin/$b build/cuda/bin/$b; done
+  for b in .k3kern/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u | grep -E 'absl|spdlog|fmt|gtest|gomp' |
+    while read -r l; do cp -L "$l" .k3kern/lib/; done
+  xz -T2 -9e -f .k3kern/bin/*
+  du -sh .k3kern
+  exit 0
+fi
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+exec > >(tee "$OUT/kernels_run.log") 2>&1
+T0=$(date +%s)
+stamp() { echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
+B=/tmp/k3kern
+mkdir -p $B
+for f in .k3kern/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
+export LD_LIBRARY_PATH=$PWD/.k3kern/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
+stamp "kernels_cuda_test (all)"
+timeout 240 $B/kernels_cuda_test --gtest_color=no > "$OUT/kernels_test.txt" 2>&1
+echo "kernels_cuda_test rc=$?"; grep -E '^\[  (PASSED|FAILED) |^\[  FAILED|Failure' "$OUT/kernels_test.txt" | head -30
+stamp "band_top_cuda_test"
+timeout 120 $B/band_top_cuda_test --gtest_color=no > "$OUT/band_top_test.txt" 2>&1
+echo "band_top_cuda_test rc=$?"; grep -E '^\[  (PASSED|FAILED) |^\[  FAILED|Failure|us' "$OUT/band_top_test.txt" | head -30
+if [ -n "${K3_SAN_FILTER:-}" ]; then
+  stamp "memcheck kernels_cuda_test --gtest_filter=$K3_SAN_FILTER"
+  timeout 200 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 $B/kernels_cuda_test \
+    --gtest_filter="$K3_SAN_FILTER" > "$OUT/memcheck.txt" 2>&1
+  echo "memcheck rc=$?"; grep -E "ERROR SUMMARY|PASSED|FAILED" "$OUT/memcheck.txt" | tail -4
+  stamp "memcheck + racecheck band_top_cuda_test"
+  timeout 100 compute-sanitizer --tool memcheck --error-exitcode 3 $B/band_top_cuda_test \
+    --gtest_filter='*NarrowAndRagged*:*NaNAndInfinities*:*Deterministic*' 2>&1 | grep -E "ERROR SUMMARY|PASSED|FAILED"
+  timeout 100 compute-sanitizer --tool racecheck --error-exitcode 3 $B/band_top_cuda_test \
+    --gtest_filter='*NarrowAndRagged*:*NaNAndInfinities*' 2>&1 | grep -E "ERROR SUMMARY|RACECHECK SUMMARY|hazard|PASSED|FAILED" | head -5
+fi
+if [ -n "${K3_RACE_FILTER:-}" ]; then
+  stamp "racecheck kernels_cuda_test --gtest_filter=$K3_RACE_FILTER"
+  timeout 150 compute-sanitizer --tool racecheck --error-exitcode 3 $B/kernels_cuda_test \
+    --gtest_filter="$K3_RACE_FILTER" > "$OUT/racecheck.txt" 2>&1
+  echo "racecheck rc=$?"; grep -E "RACECHECK SUMMARY|ERROR SUMMARY|PASSED|FAILED" "$OUT/racecheck.txt" | tail -4
+fi
+stamp "k3_cuda_gemv_bench --only=${K3_GEMV_ONLY:-expert}"
+timeout 120 $B/k3_cuda_gemv_bench --only="${K3_GEMV_ONLY:-expert}" 2>&1 | tee "$OUT/gemv_bench.txt" | grep -v '^device'
+stamp done
