@@ -19,6 +19,8 @@
 //   k3_cuda_decode_bench --preset slice --layers 8 --batches 0 --prefill 4096,8192 --chunk 2048
 //   ncu --profile-from-start off --clock-control none --print-summary per-kernel \
 //       k3_cuda_decode_bench --preset slice --layers 4 --batches 1 --steps 4 --ncu-step
+// --tc-mla-decode: decode steps' MLA attention on tensor cores (CudaEngineOptions::tc_mla_decode);
+// --f16: the MLA cache in f16.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -82,7 +84,7 @@ int main(int argc, char** argv) {
 int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048;
-  bool f16 = false, graphs = true, ncu_step = false;
+  bool f16 = false, graphs = true, ncu_step = false, tc_mla = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -99,6 +101,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--prefill") prefill_s = next();
     else if (a == "--chunk") chunk = std::stoll(next());
     else if (a == "--f16") f16 = true;
+    else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (CudaEngineOptions)
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
@@ -120,11 +123,15 @@ int Main(int argc, char** argv, int rank, int ranks) {
   // warm-up + measured + profile steps at every context too
   opt.max_context = std::max<int64_t>(ctxs.empty() ? 0 : ctxs.back() + (steps + 8) * static_cast<int64_t>(batches.size() * ctxs.size()) + 8,
                                      max_prefill + 8);
-  opt.cache_tokens = max_b * opt.max_context + (max_prefill > 0 ? opt.max_context : 0);
+  // Whole pages per sequence: a sequence of max_context tokens holds ceil(max_context / page) pages.
+  constexpr int64_t kPage = 64;
+  const int64_t seq_tokens = (opt.max_context + kPage - 1) / kPage * kPage;
+  opt.cache_tokens = max_b * seq_tokens + (max_prefill > 0 ? seq_tokens : 0);
   opt.max_seqs = max_b + (max_prefill > 0 ? 1 : 0);
   opt.prefill_chunk = chunk;
-  opt.page_size = 64;
+  opt.page_size = kPage;
   opt.cache_f16 = f16;
+  opt.tc_mla_decode = tc_mla;
   opt.use_graphs = graphs;
   opt.verbose = lead;
 #ifdef K3_BENCH_NCCL

@@ -273,8 +273,8 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   const int max_splits = cuda::MlaDecodeSplits(1, nh, max_ctx) * 2 + 8;
   m.mla_ws_floats = std::max(cuda::MlaDecodeWorkspaceFloats(MB, nh, lora, max_splits),
                              cuda::MlaDecodeWorkspaceFloats(B, nh, lora, 2));
-  if (!options.exact_prefill) {
-    // The tensor-core prefill attention shares it: an f16 copy of an f32 cache's rows (up to the
+  if (!options.exact_prefill || options.tc_mla_decode) {
+    // The tensor-core attention shares it: an f16 copy of an f32 cache's rows (up to the
     // longest bucket) plus 64 MB for context-split partials (fewer splits are used if they need more).
     const auto ct = options.cache_f16 ? cuda::MlaCacheType::kF16 : cuda::MlaCacheType::kF32;
     const int64_t pf = cuda::MlaPrefillWorkspaceBytes(ct, MlaBucket(max_ctx), options.prefill_chunk, nh, row, lora, 1);
@@ -650,34 +650,41 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       dp.n_splits = cuda::MlaDecodeSplits(n, nh, bucket);
       while (cuda::MlaDecodeWorkspaceFloats(n, nh, lora, dp.n_splits) > m.mla_ws_floats && dp.n_splits > 1) --dp.n_splits;
       dp.workspace = m.mla_ws;
-      if (grouped && MP == 0) {
-        // A prefill chunk (one sequence, one block table): flash attention on tensor cores over
-        // (row, head) pairs, f16 operands; the per-row decode kernel above is the exact path.
+      // Flash attention on tensor cores over (row, head) pairs, f16 operands: a prefill chunk (one
+      // sequence, one block table) of more than 16 rows, and with tc_mla_decode every step but the
+      // exact prefill's. The per-row kernel (MlaDecode) is the exact path.
+      const bool prefill_run = MP == 0;
+      const bool tc_attention = prefill_run ? (grouped || (options_.tc_mla_decode && !exact)) : options_.tc_mla_decode;
+      if (tc_attention) {
         cuda::MlaPrefillParams pp;
-        pp.q = m.qabs;
         pp.q_row_stride = nh * row;
         pp.cache = layer_cache;
         pp.cache_type = dp.cache_type;
         pp.page_stride = page_elems;
         pp.row_stride = row;
         pp.page_size = options_.page_size;
-        pp.block_table = bt_d;
-        pp.seq_lens = lens_d;
-        pp.n_rows = n;
         pp.n_heads = nh;
         pp.row_width = row;
         pp.value_width = lora;
         pp.max_len = bucket;
         pp.scale = dp.scale;
-        pp.out = m.lat;
         pp.out_row_stride = nh * lora;
-        pp.n_splits = cuda::MlaPrefillSplits(n, nh, bucket);
-        while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, n, nh, row, lora, pp.n_splits) >
-                                      4 * m.mla_ws_floats) {
-          --pp.n_splits;
-        }
         pp.workspace = m.mla_ws;
-        K3_CU(cuda::MlaPrefill(pp, s));
+        // A run is one launch; a decode step one launch per sequence (its own block table).
+        const int64_t launches = prefill_run ? 1 : v.n_seqs, rows = prefill_run ? n : 1;
+        for (int64_t i = 0; i < launches; ++i) {
+          pp.q = m.qabs + i * nh * row;
+          pp.block_table = bt_d + i * MP;
+          pp.seq_lens = lens_d + i;
+          pp.n_rows = rows;
+          pp.out = m.lat + i * nh * lora;
+          pp.n_splits = cuda::MlaPrefillSplits(rows, nh, bucket);
+          while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, rows, nh, row, lora,
+                                                                   pp.n_splits) > 4 * m.mla_ws_floats) {
+            --pp.n_splits;
+          }
+          K3_CU(cuda::MlaPrefill(pp, s));
+        }
       } else {
         K3_CU(cuda::MlaDecode(dp, s));
       }

@@ -70,6 +70,11 @@ struct CudaEngineOptions {
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.
   bool direct_gemv = true;
+  // Decode steps run MLA attention on tensor cores too (MlaPrefill per sequence: q, cache rows and
+  // softmax weights rounded to f16, ~1e-3 relative per output vector) instead of the exact f32
+  // flash-decoding kernel, which is compute-bound at long contexts (3.1 ms per layer at 128k on an
+  // H200). Off: decode keeps the golden bars of the exact path.
+  bool tc_mla_decode = false;
   bool verbose = true;        // progress lines while uploading
 };
 
