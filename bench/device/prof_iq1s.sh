@@ -1,3 +1,7 @@
+#!/usr/bin/env bash
+# ncu (full set) of the IQ1_S sub-block GEMV on the 16-expert gate case, plus its SASS, on the GPU
+# machine: how gemv_iq1s_sub.cu's bottleneck was found. Carry .k3carry with k3_cuda_gemv_bench.xz
+# (strip + xz of build/cuda/bin/k3_cuda_gemv_bench) and the libraries tp_pack.sh copies.
 set -u
 C=$PWD/.k3carry; B=/tmp/k3bin; mkdir -p $B
 export LD_LIBRARY_PATH=$C/lib
