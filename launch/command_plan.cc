@@ -35,14 +35,25 @@ std::vector<std::string> ToolPrefix(const ProfilingSpec& p, const std::string& l
   return v;
 }
 
+// Where a rank's weights come from: the model file, or (model.synthetic.in_memory) the preset filled
+// on its GPU from the seed.
+std::vector<std::string> WeightArgs(const ModelSpec& m) {
+  if (m.synthetic && m.synthetic->in_memory) {
+    const SyntheticModel& s = *m.synthetic;
+    return {"--synth", s.preset, "--synth-seed", absl::StrCat(s.seed), "--synth-quant", s.quant};
+  }
+  return {"--model", m.path};
+}
+
 std::vector<std::string> WorkerArgs(const LaunchConfig& c, const WorkerGroupSpec& g, const PlanOptions& o) {
-  std::vector<std::string> v = {Bin(o, "k3-worker"),
-                                "--model", c.model.path,
-                                "--serve", g.listen,
-                                "--expert-groups", absl::StrCat(g.expert_groups_or_default()),
-                                "--max-seqs", absl::StrCat(g.max_seqs),
-                                "--cache-tokens", absl::StrCat(g.cache_tokens),
-                                "--timeout-ms", absl::StrCat(g.timeout_ms)};
+  std::vector<std::string> v = {Bin(o, "k3-worker")};
+  const std::vector<std::string> weights = WeightArgs(c.model);
+  v.insert(v.end(), weights.begin(), weights.end());
+  v.insert(v.end(), {"--serve", g.listen,
+                     "--expert-groups", absl::StrCat(g.expert_groups_or_default()),
+                     "--max-seqs", absl::StrCat(g.max_seqs),
+                     "--cache-tokens", absl::StrCat(g.cache_tokens),
+                     "--timeout-ms", absl::StrCat(g.timeout_ms)});
   if (!g.auth_token_file.empty()) v.insert(v.end(), {"--auth-token-file", g.auth_token_file});
   if (!g.tls_cert.empty()) v.insert(v.end(), {"--tls-cert", g.tls_cert, "--tls-key", g.tls_key});
   if (g.coordinator_timeout_s > 0) v.insert(v.end(), {"--coordinator-timeout", absl::StrCat(g.coordinator_timeout_s)});
@@ -116,6 +127,8 @@ absl::StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchConfig& c, const PlanOpti
     synth.name = "synth";
     synth.argv = {Bin(o, "k3-synth"), "--preset", s.preset, "--seed", absl::StrCat(s.seed), "--quant", s.quant,
                   "--shards", absl::StrCat(s.shards), "--quiet", "-o", s.output};
+    // In memory: the ranks fill their weights on their GPUs; the coordinator reads the metadata.
+    if (s.in_memory) synth.argv.insert(synth.argv.end() - 2, "--header-only");
     synth.log = (logs / "synth.log").string();
     plan.synth = synth;
   }

@@ -80,6 +80,13 @@ class Checker {
     }
     std::map<std::string, size_t> first_of;  // host -> its first index
     for (size_t h = 0; h < g.hosts.size(); ++h) {
+      // A host goes into mpirun's --host list and each app-file line: a YAML scalar folded over
+      // lines (fuzz finding) or with spaces or ':' would split them.
+      if (!ValidName(g.hosts[h], false)) {
+        diag_.Error(g.where.At(absl::StrCat("hosts[", h, "]")), absl::StrCat(key("hosts"), "[", h, "]"),
+                    absl::StrCat("host '", g.hosts[h], "' wants letters, digits, '-', '_' or '.'"));
+        continue;
+      }
       // Once per repeated entry (comparing every pair made errors quadratic in the list).
       if (auto [it, fresh] = first_of.emplace(g.hosts[h], h); !fresh) {
         diag_.Error(g.where.At(absl::StrCat("hosts[", h, "]")), absl::StrCat(key("hosts"), "[", h, "]"),
@@ -107,6 +114,11 @@ class Checker {
     if (g.backend == Backend::kCuda) {
       Gpus(g, at);
     } else {
+      if (c_.model.synthetic && c_.model.synthetic->in_memory) {
+        diag_.Error(c_.model.where.At("synthetic.in_memory"), "model.synthetic.in_memory",
+                    absl::StrCat("fills each rank's weights on its GPU: worker group '", g.name,
+                                 "' is backend: cpu (give the model a file: drop in_memory)"));
+      }
       for (const char* k : {"gpus", "gpus_per_host", "gpu_memory_gib"}) {
         if (g.where.keys.contains(k)) diag_.Error(g.where.At(k), key(k), "is for backend: cuda (this group is cpu)");
       }

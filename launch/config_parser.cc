@@ -119,7 +119,7 @@ class Parser {
     if (auto p = r.Str("path")) m.path = Resolve(base_, *p);
     if (!r.Has("synthetic")) return;
     KeyLocs syn_where;
-    MapReader s(r.Get("synthetic"), "model.synthetic", diag_, {"preset", "seed", "output", "quant", "shards"}, &syn_where);
+    MapReader s(r.Get("synthetic"), "model.synthetic", diag_, {"preset", "seed", "output", "quant", "shards", "in_memory"}, &syn_where);
     if (!s.valid()) return;
     s.Require("preset");
     s.Require("output");
@@ -130,6 +130,7 @@ class Parser {
     if (auto v = s.OneOf("quant", model::QuantMix::PresetNames())) syn.quant = *v;
     syn.shards = synth::DefaultShards(syn.preset);
     if (auto v = s.Int("shards", 1, 9999)) syn.shards = static_cast<int>(*v);
+    if (auto v = s.OneOf("in_memory", {"true", "false"})) syn.in_memory = *v == "true";
     // Keep the synthetic keys' places under "synthetic.<key>" for later messages.
     for (const auto& [k, loc] : syn_where.keys) m.where.keys["synthetic." + k] = loc;
     if (syn.shards > 1) {

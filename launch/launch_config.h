@@ -38,6 +38,9 @@ struct SyntheticModel {
   std::string output;              // absolute: the path given to k3-synth -o
   std::string quant = "UD-IQ1_S";  // k3-synth --quant
   int shards = 1;                  // k3-synth --shards (full: 14 by default)
+  // No weights on disk: every rank fills its shard on its GPU from the seed (k3-worker --synth) and
+  // only the metadata is written (k3-synth --header-only), for the coordinator. GPU groups only.
+  bool in_memory = false;
 };
 
 struct ModelSpec {

@@ -34,7 +34,11 @@ std::string DescribePlan(const LaunchPlan& p) {
   std::string s = absl::StrCat("# k3-launch plan for ", p.config_file, "\n# logs: ", p.log_dir, "\n# model: ", p.model, "\n");
   int step = 1;
   if (p.synth) {
-    absl::StrAppend(&s, "\n## ", step++, ". generate the synthetic model (its file is absent); wait for it to end\n",
+    const bool header_only = std::find(p.synth->argv.begin(), p.synth->argv.end(), "--header-only") != p.synth->argv.end();
+    absl::StrAppend(&s, "\n## ", step++,
+                    header_only ? ". write the synthetic model's metadata for the coordinator (the ranks fill their weights "
+                                  "from the seed); wait for it to end\n"
+                                : ". generate the synthetic model (its file is absent); wait for it to end\n",
                     ShellLine(*p.synth), "\n");
   }
   for (const GroupLaunch& g : p.groups) {

@@ -112,17 +112,25 @@ TEST(LaunchCommandPlan, CpuOnly) {
 TEST(LaunchCommandPlan, H200x8EachRankItsGpuAndNumaNode) {
   const LaunchPlan p = PlanOf("h200x8-one-node");
   ASSERT_TRUE(p.synth);
+  // model.synthetic.in_memory: only the metadata is written; every rank fills its weights from the seed.
   EXPECT_EQ(p.synth->argv, (std::vector<std::string>{"/opt/k3/bin/k3-synth", "--preset", "full", "--seed", "1", "--quant",
-                                                     "UD-IQ1_S", "--shards", "14", "--quiet", "-o",
-                                                     "/data/k3/k3-synth-full-seed1.gguf"}));
-  EXPECT_EQ(p.model, "/data/k3/k3-synth-full-seed1-00001-of-00014.gguf");
+                                                     "UD-IQ1_S", "--shards", "14", "--quiet", "--header-only", "-o",
+                                                     "/data/k3/k3-synth-full-seed1-header.gguf"}));
+  EXPECT_EQ(p.model, "/data/k3/k3-synth-full-seed1-header-00001-of-00014.gguf");
   const auto lines = RankLines(p.groups[0]);
   ASSERT_EQ(lines.size(), 8u);
   for (int r = 0; r < 8; ++r) {
     const std::string want = absl::StrCat("env CUDA_VISIBLE_DEVICES=", r, " numactl --cpunodebind=", r / 4,
-                                          " --membind=", r / 4, " /opt/k3/bin/k3-worker ");
+                                          " --membind=", r / 4,
+                                          " /opt/k3/bin/k3-worker --synth full --synth-seed 1 --synth-quant UD-IQ1_S --serve ");
     EXPECT_NE(lines[r].find(want), std::string::npos) << lines[r];
+    EXPECT_EQ(lines[r].find("--model"), std::string::npos) << lines[r];
   }
+  // The coordinator reads the metadata file.
+  const auto& co = p.coordinator.argv;
+  ASSERT_GE(co.size(), 3u);
+  EXPECT_EQ(co[1], "--model");
+  EXPECT_EQ(co[2], "/data/k3/k3-synth-full-seed1-header-00001-of-00014.gguf");
   // The coordinator listens everywhere; local clients come in through loopback.
   EXPECT_EQ(p.coordinator_dial, "127.0.0.1:50051");
 }

@@ -23,6 +23,26 @@ std::string With(const std::string& from, const std::string& to) {
 
 TEST(LaunchConfigCheck, ValidConfigPasses) { EXPECT_TRUE(ParseAndCheck(kValid).ok()) << ParseAndCheck(kValid); }
 
+// A host name folded over several lines by YAML (a fuzz finding: it split the app file's rank
+// lines), or with a space or ':' in it, is refused where it is written.
+TEST(LaunchConfigCheck, HostNamesAreSingleWords) {
+  EXPECT_TRUE(HasError(ParseAndCheck(With("hosts: [node1]", "hosts: [no\n\n      de1]")), 6,
+                       {"worker_groups[0].hosts[0]", "wants letters, digits"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(With("hosts: [node1]", "hosts: ['node 1']")), 6, {"worker_groups[0].hosts[0]"}));
+  EXPECT_TRUE(HasError(ParseAndCheck(With("hosts: [node1]", "hosts: ['node1:4']")), 6, {"worker_groups[0].hosts[0]"}));
+}
+
+// model.synthetic.in_memory fills the weights on each rank's GPU: fine for cuda groups, an error
+// naming the key and the group for a cpu one.
+TEST(LaunchConfigCheck, InMemorySyntheticNeedsGpuGroups) {
+  const std::string in_memory = "synthetic: {preset: tp8, output: /m/h.gguf, in_memory: true}";
+  EXPECT_TRUE(ParseAndCheck(With("path: /models/k3.gguf", in_memory)).ok());
+  std::string cpu = With("path: /models/k3.gguf", in_memory);
+  cpu.replace(cpu.find("backend: cuda"), 13, "backend: cpu");
+  cpu.replace(cpu.find("    gpus_per_host: 8\n    gpus: [0, 1]\n"), 38, "");
+  EXPECT_TRUE(HasError(ParseAndCheck(cpu), 2, {"model.synthetic.in_memory", "worker group 'g0' is backend: cpu"}));
+}
+
 TEST(LaunchConfigCheck, TwoRanksOnOneGpu) {
   EXPECT_TRUE(HasError(ParseAndCheck(With("gpus: [0, 1]", "gpus: [3, 3]")), 9,
                        {"worker_groups[0].gpus[1]", "two ranks on one GPU", "rank 1 of group g0 and rank 0 of group g0",
