@@ -16,33 +16,8 @@ if [ ! -f "$model" ]; then
   exit 0
 fi
 work=$(mktemp -d)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-port() { echo $(( 20000 + (RANDOM * 7 + $$) % 40000 )); }
-wport=$(port); cport=$(port)
-while [ "$cport" = "$wport" ]; do cport=$(port); done
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for _ in $(seq 1 30); do
-    alive=0
-    for p in "${pids[@]}"; do kill -0 "$p" 2>/dev/null && alive=1; done
-    [ "$alive" = 0 ] && break
-    sleep 0.1
-  done
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  wait 2>/dev/null
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  for f in "$work"/*.log; do echo "--- $f"; tail -15 "$f"; done
-  exit 1
-}
-wait_for() {  # file pattern seconds
-  for _ in $(seq 1 $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
+. "$(dirname "$0")/../e2e/common.sh"
+read -r wport cport < <(ports 2 | xargs)
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
 start_coordinator() {  # log
   "$bin/k3-coordinator" --model "$model" --workers "127.0.0.1:$wport" --listen "127.0.0.1:$cport" > "$work/$1" 2>&1 &

@@ -8,22 +8,8 @@
 set -uo pipefail
 bin=$1 model=$2 ranks=${3:-2}
 work=$(mktemp -d)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-port() { echo $(( 20000 + (RANDOM * 7 + $$) % 40000 )); }
-wport=$(port); cport=$(port); mport=$(port)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  sleep 0.5
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; echo "--- worker log"; tail -20 "$work/worker.log"; echo "--- coordinator log"; tail -20 "$work/coord.log"; exit 1; }
-wait_for() {  # file pattern seconds
-  for _ in $(seq 1 $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
+. "$(dirname "$0")/../e2e/common.sh"
+read -r wport cport mport < <(ports 3 | xargs)
 start_group() {
   mpirun --oversubscribe --allow-run-as-root -np "$ranks" -x OMP_NUM_THREADS "$bin/k3-worker" --model "$model" \
     --serve "127.0.0.1:$wport" --max-seqs 4 --cache-tokens 4096 --timeout-ms 20000 > "$work/worker.log" 2>&1 &

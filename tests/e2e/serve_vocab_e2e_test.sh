@@ -9,7 +9,8 @@ set -uo pipefail
 bin=$1 work=$2
 here=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$work"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
+E2E_KEEP_WORK=1  # the npm download and the generated model are reused by the next run
+. "$here/common.sh"
 ranks_json="$work/npm/node_modules/tiktoken/encoders/cl100k_base.json"
 if [ ! -f "$ranks_json" ]; then
   if ! command -v npm > /dev/null || ! npm install --prefix "$work/npm" --no-audit --no-fund --no-save \
@@ -22,13 +23,7 @@ model="$work/tiny-cl100k.gguf"
 [ -f "$model" ] || "$bin/k3-synth" --preset tiny --vocab 100352 --vocab-from "$ranks_json" --pre cl100k --seed 5 \
   --quiet -o "$model" || { echo "FAIL: k3-synth"; exit 1; }
 
-port() { echo $(( 20000 + (RANDOM * 7 + $$) % 40000 )); }
-wport=$(port); cport=$(port)
-pids=()
-cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done; sleep 0.5; for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*"; tail -20 "$work/worker.log" "$work/coord.log"; exit 1; }
-wait_for() { for _ in $(seq 1 $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done; return 1; }
+read -r wport cport < <(ports 2 | xargs)
 mpirun --oversubscribe --allow-run-as-root -np 2 -x OMP_NUM_THREADS "$bin/k3-worker" --model "$model" \
   --serve "127.0.0.1:$wport" --max-seqs 4 --cache-tokens 4096 > "$work/worker.log" 2>&1 &
 pids+=($!)

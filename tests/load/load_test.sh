@@ -27,29 +27,8 @@ if [ ! -f "$model" ]; then
   exit 0
 fi
 work=$(mktemp -d)
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
-port() { echo $(( 20000 + (RANDOM * 7 + $$) % 40000 )); }
-wport=$(port); cport=$(port); mport=$(port)
-while [ "$cport" = "$wport" ]; do cport=$(port); done
-while [ "$mport" = "$wport" ] || [ "$mport" = "$cport" ]; do mport=$(port); done
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  sleep 0.5
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*"
-  echo "--- worker log"; tail -20 "$work/worker.log"
-  echo "--- coordinator log"; tail -20 "$work/coord.log"
-  exit 1
-}
-wait_for() {  # file pattern seconds
-  for _ in $(seq 1 $(( $3 * 10 ))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.1; done
-  return 1
-}
+. "$(dirname "$0")/../e2e/common.sh"
+read -r wport cport mport < <(ports 3 | xargs)
 k3() { "$bin/k3" "$@" --server "127.0.0.1:$cport"; }
 # One field of `k3 stats` (proto text; a zero field is not printed, hence the default 0).
 stats_field() { k3 stats 2> /dev/null | awk -v f="$1:" '$1 == f { v = $2 } END { print v + 0 }'; }
