@@ -144,8 +144,8 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_3584To3072_Batched) {
   // partial last item of rows, and the generic kernel above 8 tokens
   for (int64_t tokens : {2, 5, 8, 9}) RunCase({GgmlType::kIQ1_S, 3074, 3584, tokens, 3, 5, false}, 20 + tokens);
   RunCase({GgmlType::kIQ1_S, 7, 7168, 3, 2, 2, true}, 31);
-  // 4 + 2 tokens (two passes of the column kernel), and rows wider than 8192 weights (the
-  // warp-per-rows fallback)
+  // 4 + 2 tokens (two passes of the column kernel), and rows wider than 8192 weights (left to the
+  // block GEMV by QuantGemv)
   RunCase({GgmlType::kIQ1_S, 3074, 3584, 6, 3, 5, false}, 32);
   RunCase({GgmlType::kIQ1_S, 9, 9216, 1, 2, 2, false}, 33);
   RunCase({GgmlType::kIQ1_S, 9, 9216, 3, 2, 2, false}, 34);

@@ -288,9 +288,13 @@ constexpr int TableBytes() {
   return MakeLayout(F::kTables).bytes;
 }
 
-// Sets the dynamic shared memory limit once per (kernel, device) when above the default, and
-// returns how many blocks of it are resident per multiprocessor. Defined in quant_gemv.cu.
-cudaError_t PrepareKernel(const void* kernel, int smem_bytes, int* blocks_per_sm);
+// Sets the kernel's dynamic shared memory limit once per (kernel, device) to what the device allows
+// beside its static shared memory, and returns how many blocks of `threads` threads and
+// `smem_bytes` dynamic shared memory are resident per multiprocessor. Defined in quant_gemv.cu.
+cudaError_t PrepareKernel(const void* kernel, int threads, int smem_bytes, int* blocks_per_sm);
+inline cudaError_t PrepareKernel(const void* kernel, int smem_bytes, int* blocks_per_sm) {
+  return PrepareKernel(kernel, kThreads, smem_bytes, blocks_per_sm);
+}
 
 template <class F, int M>
 cudaError_t LaunchM(const Args& a, int smem_bytes, cudaStream_t stream) {

@@ -24,185 +24,36 @@
 // w = dl·(g + δ), rearranged); sub-blocks summed by the fixed lane butterfly then warp order. The
 // order depends on the shape only: a token's output is the same whatever else is in the batch.
 //
-// Rows wider than 8192 weights take the older warp-per-rows kernel (Iq1sSubKernel below).
+// Rows wider than kIq1sSubMaxCols stay on the block GEMV (QuantGemv decides).
 //
-// H200 (k3_cuda_gemv_bench --only=expert, stream): 16 experts 3584 -> 3072, 1 token: 52 us (the
-// warp-per-rows kernel: 87; HBM floor 7.9); down 3072 -> 3584: 52 (87); 4 tokens: 152 (234); 8
-// tokens: 304 (707); 256 slots x 1 token: 684 (1331). Still instruction-bound, not memory-bound:
+// H200 (k3_cuda_gemv_bench --only=expert, stream): 16 experts 3584 -> 3072, 1 token: 52 us (a
+// first warp-per-rows version: 87, no better than the block GEMV's 81; HBM floor 7.9); down
+// 3072 -> 3584: 52 (87); 4 tokens: 152 (234); 8 tokens: 304 (707); 256 slots x 1 token: 684 (1331). Still instruction-bound, not memory-bound:
 // ~720 warp instructions per 4-row group of a warp (ALU pipe 64%, issue 65%, DRAM 11%): the decode
 // (~470: per weight an FFMA and ~1.5 ALU ops), the 16 loads' 64-bit address arithmetic (~160) and
 // the lane butterfly / warp reduction (~90).
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <mutex>
-#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_sub.cuh"
+#include "kernels/cuda/quant_gemv/warp_butterfly.cuh"
 
 namespace k3::cuda::qgemv {
 namespace {
 
 __device__ __forceinline__ int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// ---- the warp-per-rows kernel (rows wider than 8192 weights) -----------------------------------
-//
-// A warp owns R consecutive rows of one matrix (an "item") and all their columns; lane j takes the
-// sub-blocks j, j + 32, ... of each row, x loaded once per 8 columns for the R rows; the next
-// step's weight loads are issued before this step is computed.
-
-constexpr int kIq1sRows = 4;  // R: rows per warp item
-
-struct SubLoads {  // one lane's sub-block of R rows: d, qh, qs (4 bytes)
-  uint32_t d[kIq1sRows], qh[kIq1sRows], qs[kIq1sRows];
-};
-
 __device__ __forceinline__ uint32_t LdG16(const uint8_t* p) {
   return __ldg(reinterpret_cast<const unsigned short*>(p));
 }
-
-// Issues the loads of sub-block c (block c / 8, sub-block c % 8) of rows r0 .. r0 + n_rows - 1.
-__device__ __forceinline__ void LoadSub(const uint8_t* rows0, int64_t row_bytes, int n_rows, int c, bool live,
-                                        SubLoads& s) {
-  if (!live) return;
-  const int ib = c & 7;
-  const uint8_t* blk = rows0 + static_cast<int64_t>(c >> 3) * 50;
-#pragma unroll
-  for (int r = 0; r < kIq1sRows; ++r) {
-    if (r < n_rows) {
-      const uint8_t* b = blk + r * row_bytes;
-      s.d[r] = LdG16(b);
-      s.qh[r] = LdG16(b + 34 + 2 * ib);
-      s.qs[r] = LdG16(b + 2 + 4 * ib) | (LdG16(b + 4 + 4 * ib) << 16);
-    }
-  }
-}
-
-// The 8 grid values g ∈ {-1, 0, 1} of grid group l (0..3) of a sub-block, as exact floats.
-__device__ __forceinline__ void GridGroup8(const uint64_t* grid, uint32_t qs, uint32_t qh, int l, float (&v)[8]) {
-  const uint32_t idx = ((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8);
-  const uint64_t g = grid[idx];
-  Bytes8(static_cast<uint32_t>(g) ^ 0x80808080u, static_cast<uint32_t>(g >> 32) ^ 0x80808080u, 128.0f, v);
-}
-
-template <int M>
-struct Iq1sBounds {
-  static constexpr int kMinBlocks = M == 1 ? 3 : M <= 4 ? 2 : 1;
-};
-
-template <int M>
-__global__ void __launch_bounds__(kThreads, Iq1sBounds<M>::kMinBlocks) Iq1sSubKernel(const Args a) {
-  extern __shared__ __align__(16) uint8_t smem[];
-  const IqTables tab = StageTables<kTabIq1s>(smem);
-  __syncthreads();
-  const uint64_t* grid = tab.iq1s;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int n_sub = a.bpr * 8;  // 32-weight sub-blocks per row
-  const int n_steps = (n_sub + 31) >> 5;
-  const int64_t items = a.n_mats * a.tiles_per_mat;
-  for (int64_t item = static_cast<int64_t>(blockIdx.x) * kWarps + warp; item < items;
-       item += static_cast<int64_t>(gridDim.x) * kWarps) {
-    const int64_t mat = item / a.tiles_per_mat;
-    const int64_t r0 = (item - mat * a.tiles_per_mat) * kIq1sRows;
-    const int n_rows = static_cast<int>(min(static_cast<int64_t>(kIq1sRows), a.rows - r0));
-    const int64_t id = a.mat_ids != nullptr ? static_cast<int64_t>(a.mat_ids[mat]) : mat;
-    const uint8_t* rows0 = a.w + id * a.mat_stride + r0 * a.row_bytes;
-    const float* x = a.x + mat * a.x_mat_stride;
-
-    float acc[kIq1sRows][M];
-#pragma unroll
-    for (int r = 0; r < kIq1sRows; ++r) {
-#pragma unroll
-      for (int t = 0; t < M; ++t) acc[r][t] = 0.0f;
-    }
-    SubLoads cur{}, next{};
-    LoadSub(rows0, a.row_bytes, n_rows, lane, lane < n_sub, cur);
-    for (int k = 0; k < n_steps; ++k) {
-      const int c = lane + 32 * k;
-      if (k + 1 < n_steps) LoadSub(rows0, a.row_bytes, n_rows, c + 32, c + 32 < n_sub, next);
-      if (c < n_sub) {
-        float dl[kIq1sRows], delta[kIq1sRows], s[kIq1sRows][M], xsum[M];
-#pragma unroll
-        for (int r = 0; r < kIq1sRows; ++r) {
-          dl[r] = HalfToFloat(cur.d[r]) * SmallIntF(static_cast<int>(2 * ((cur.qh[r] >> 12) & 7u) + 1));
-          delta[r] = (cur.qh[r] & 0x8000u) ? -0.125f : 0.125f;
-        }
-#pragma unroll
-        for (int l = 0; l < 4; ++l) {
-          // x of the group's 8 columns for every token (shared by the R rows), then row by row the
-          // 8 grid values and one FMA chain per token.
-          float xv[M][8];
-#pragma unroll
-          for (int t = 0; t < M; ++t) {
-            if (t < a.n_tokens) {  // (a pass's unused token slots read nothing and are not written)
-              const float4* xp = reinterpret_cast<const float4*>(x + t * a.x_stride + 32 * c + 8 * l);
-              const float4 x0 = __ldg(xp), x1 = __ldg(xp + 1);
-              xv[t][0] = x0.x, xv[t][1] = x0.y, xv[t][2] = x0.z, xv[t][3] = x0.w;
-              xv[t][4] = x1.x, xv[t][5] = x1.y, xv[t][6] = x1.z, xv[t][7] = x1.w;
-              const float part = ((xv[t][0] + xv[t][1]) + (xv[t][2] + xv[t][3])) +
-                                 ((xv[t][4] + xv[t][5]) + (xv[t][6] + xv[t][7]));
-              xsum[t] = l == 0 ? part : xsum[t] + part;
-            }
-          }
-#pragma unroll
-          for (int r = 0; r < kIq1sRows; ++r) {
-            if (r < n_rows) {
-              float v[8];
-              GridGroup8(grid, cur.qs[r], cur.qh[r], l, v);
-#pragma unroll
-              for (int t = 0; t < M; ++t) {
-                if (t < a.n_tokens) {
-                  float sum = l == 0 ? v[0] * xv[t][0] : fmaf(v[0], xv[t][0], s[r][t]);
-#pragma unroll
-                  for (int k = 1; k < 8; ++k) sum = fmaf(v[k], xv[t][k], sum);
-                  s[r][t] = sum;
-                }
-              }
-            }
-          }
-        }
-#pragma unroll
-        for (int r = 0; r < kIq1sRows; ++r) {
-#pragma unroll
-          for (int t = 0; t < M; ++t) {
-            if (r < n_rows && t < a.n_tokens) acc[r][t] = fmaf(dl[r], fmaf(delta[r], xsum[t], s[r][t]), acc[r][t]);
-          }
-        }
-      }
-      cur = next;
-    }
-    float* y = a.y + mat * a.y_mat_stride;
-#pragma unroll
-    for (int r = 0; r < kIq1sRows; ++r) {
-#pragma unroll
-      for (int t = 0; t < M; ++t) {
-        const float v = detail::WarpSum(acc[r][t]);
-        if (lane == ((r * M + t) & 31) && r < n_rows && t < a.n_tokens) y[t * a.y_stride + r0 + r] = v;
-      }
-    }
-  }
-}
-
-template <int M>
-cudaError_t LaunchIq1sM(Args a, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sSubKernel<M>);
-  const int smem = TableBytes<FmtIQ1_S>();
-  int per_sm = 0;
-  K3_CUDA_CHECK(PrepareKernel(kernel, smem, &per_sm));
-  a.tiles_per_mat = (a.rows + kIq1sRows - 1) / kIq1sRows;
-  const int64_t want = (a.n_mats * a.tiles_per_mat + kWarps - 1) / kWarps;
-  const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
-  const int grid = static_cast<int>(want < cap ? want : cap);
-  Iq1sSubKernel<M><<<grid, kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
-}
-
 
 // ---- the column-slice kernel (rows of up to kColMaxSub sub-blocks) --------------------------------
 
 constexpr int kColMaxWarps = 8;                  // sub-block columns per team: up to 32 * 8
 constexpr int kColMaxSub = 32 * kColMaxWarps;    // i.e. rows of up to 8192 weights
+static_assert(kColMaxSub * 32 == kIq1sSubMaxCols);
 constexpr int kColSuper = 32;                    // rows per cross-warp reduction (8 groups)
 constexpr int kColMaxTeams = 8;                  // named barriers 1..8
 constexpr int kColMaxTokens = 4;                 // tokens per pass
@@ -261,40 +112,6 @@ __device__ __forceinline__ void LoadX32(const float* p, float (&f)[32]) {
     f[4 * i] = v.x, f[4 * i + 1] = v.y, f[4 * i + 2] = v.z, f[4 * i + 3] = v.w;
   }
 }
-
-// Sums v[0..N) over the 32 lanes along the xor butterfly (16, 8, 4, 2, 1), halving what is carried
-// while N is even (as gemv_direct_kernel.cuh's Butterfly): every total is the plain butterfly's bit
-// for bit, whatever N. Afterwards lane holds totals base .. base + kFinal - 1; lanes with
-// (lane & free_mask) != 0 hold copies.
-template <int N, int O>
-struct ColButterfly {
-  static constexpr bool kHalve = N % 2 == 0 && N > 1;
-  static constexpr int kNext = kHalve ? N / 2 : N;
-  static constexpr int kFinal = ColButterfly<kNext, O / 2>::kFinal;
-  __device__ __forceinline__ static void Run(float* v, int lane, int& base, int& free_mask) {
-    if constexpr (kHalve) {
-      const bool upper = (lane & O) != 0;
-#pragma unroll
-      for (int j = 0; j < N / 2; ++j) {
-        const float keep = upper ? v[j + N / 2] : v[j];
-        const float send = upper ? v[j] : v[j + N / 2];
-        v[j] = __fadd_rn(keep, __shfl_xor_sync(0xffffffffu, send, O));
-      }
-      if (upper) base += N / 2;
-    } else {
-#pragma unroll
-      for (int j = 0; j < N; ++j) v[j] = __fadd_rn(v[j], __shfl_xor_sync(0xffffffffu, v[j], O));
-      free_mask |= O;
-    }
-    ColButterfly<kNext, O / 2>::Run(v, lane, base, free_mask);
-  }
-};
-
-template <int N>
-struct ColButterfly<N, 0> {
-  static constexpr int kFinal = N;
-  __device__ __forceinline__ static void Run(float*, int, int&, int&) {}
-};
 
 template <int G>
 struct ColLoads {  // one lane's sub-block of G rows
@@ -485,8 +302,8 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
         }
       }
       int base = 0, free_mask = 0;
-      ColButterfly<kColG * M, 16>::Run(p, lane, base, free_mask);
-      constexpr int kFinal = ColButterfly<kColG * M, 16>::kFinal;
+      Butterfly<kColG * M, 16>::Run(p, lane, base, free_mask);
+      constexpr int kFinal = Butterfly<kColG * M, 16>::kFinal;
       const int slot = (gi % (kColSuper / kColG)) * kColG * M;
       float* const rb = red + (buf * nw + warp) * (kColSuper * M);
       if ((lane & free_mask) == 0) {
@@ -513,39 +330,6 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
   }
 }
 
-cudaError_t ColPrepare(const void* kernel, int threads, int smem, int* per_sm) {
-  struct Entry {
-    const void* kernel;
-    int device, threads, smem, per_sm;
-  };
-  static std::mutex mu;
-  static std::vector<Entry> cache;
-  int dev = 0;
-  K3_CUDA_CHECK(cudaGetDevice(&dev));
-  std::lock_guard<std::mutex> lock(mu);
-  bool attr_set = false;
-  for (const Entry& e : cache) {
-    if (e.kernel == kernel && e.device == dev) {
-      attr_set = true;
-      if (e.threads == threads && e.smem == smem) {
-        *per_sm = e.per_sm;
-        return cudaSuccess;
-      }
-    }
-  }
-  if (!attr_set) {
-    int optin = 0;
-    K3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin - 8192));
-  }
-  int n = 0;
-  K3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel, threads, smem));
-  if (n < 1) return cudaErrorInvalidConfiguration;
-  cache.push_back({kernel, dev, threads, smem, n});
-  *per_sm = n;
-  return cudaSuccess;
-}
-
 template <int M>
 cudaError_t LaunchIq1sCol(ColArgs a, cudaStream_t stream) {
   const void* kernel = reinterpret_cast<const void*>(&Iq1sSubColKernel<M>);
@@ -554,7 +338,7 @@ cudaError_t LaunchIq1sCol(ColArgs a, cudaStream_t stream) {
   const int threads = a.n_teams * team_threads;
   const int smem = a.n_teams * 2 * a.n_warps * kColSuper * M * 4 + (M == 1 ? 0 : M * a.n_sub * (8 * 16 + 4));
   int per_sm = 0;
-  K3_CUDA_CHECK(ColPrepare(kernel, threads, smem, &per_sm));
+  K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
   const int64_t total = a.n_mats * a.rows;
   const int64_t want = (total + a.n_teams * kColG - 1) / (a.n_teams * kColG);
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
@@ -567,12 +351,7 @@ cudaError_t LaunchIq1sCol(ColArgs a, cudaStream_t stream) {
 
 cudaError_t LaunchIq1sSub(const Args& a, cudaStream_t stream) {
   const int n_sub = a.bpr * 8;
-  if (n_sub > kColMaxSub) {
-    if (a.n_tokens <= 1) return LaunchIq1sM<1>(a, stream);
-    if (a.n_tokens <= 2) return LaunchIq1sM<2>(a, stream);
-    if (a.n_tokens <= 4) return LaunchIq1sM<4>(a, stream);
-    return LaunchIq1sM<8>(a, stream);
-  }
+  if (n_sub > kColMaxSub || a.n_tokens > kIq1sSubMaxTokens) return cudaErrorInvalidValue;
   ColArgs c{};
   c.w = a.w;
   c.mat_stride = a.mat_stride;

@@ -7,11 +7,13 @@
 
 namespace k3::cuda::qgemv {
 
-// Tokens per launch the kernel takes (templates for 1, 2, 4 and 8).
+// Tokens per launch the kernel takes (passes of up to 4 inside) and the widest rows (a team of up
+// to 8 warps covers a row: 256 sub-blocks of 32 weights).
 inline constexpr int kIq1sSubMaxTokens = 8;
+inline constexpr int kIq1sSubMaxCols = 8192;
 
-// The product for a.n_tokens <= kIq1sSubMaxTokens, every field of `a` as QuantGemv fills it for
-// IQ1_S (tiles_per_mat is recomputed for the kernel's own row grouping).
+// The product for a.n_tokens <= kIq1sSubMaxTokens and rows of at most kIq1sSubMaxCols weights
+// (cudaErrorInvalidValue otherwise), every field of `a` as QuantGemv fills it for IQ1_S.
 cudaError_t LaunchIq1sSub(const Args& a, cudaStream_t stream);
 
 }  // namespace k3::cuda::qgemv

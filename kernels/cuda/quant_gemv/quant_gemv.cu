@@ -11,12 +11,10 @@
 namespace k3::cuda {
 namespace qgemv {
 
-cudaError_t PrepareKernel(const void* kernel, int smem_bytes, int* blocks_per_sm) {
+cudaError_t PrepareKernel(const void* kernel, int threads, int smem_bytes, int* blocks_per_sm) {
   struct Entry {
     const void* kernel;
-    int device;
-    int smem;
-    int per_sm;
+    int device, threads, smem, per_sm;
   };
   static std::mutex mu;
   static std::vector<Entry> cache;
@@ -27,7 +25,7 @@ cudaError_t PrepareKernel(const void* kernel, int smem_bytes, int* blocks_per_sm
   for (const Entry& e : cache) {
     if (e.kernel == kernel && e.device == dev) {
       attr_set = true;
-      if (e.smem == smem_bytes) {
+      if (e.threads == threads && e.smem == smem_bytes) {
         *blocks_per_sm = e.per_sm;
         return cudaSuccess;
       }
@@ -35,13 +33,16 @@ cudaError_t PrepareKernel(const void* kernel, int smem_bytes, int* blocks_per_sm
   }
   if (!attr_set) {
     int optin = 0;
+    cudaFuncAttributes attr{};
     K3_CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
-    K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, optin));
+    K3_CUDA_CHECK(cudaFuncGetAttributes(&attr, kernel));
+    K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       optin - static_cast<int>(attr.sharedSizeBytes)));
   }
   int per_sm = 0;
-  K3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem_bytes));
+  K3_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem_bytes));
   if (per_sm < 1) return cudaErrorInvalidConfiguration;  // does not fit: shared memory too large
-  cache.push_back({kernel, dev, smem_bytes, per_sm});
+  cache.push_back({kernel, dev, threads, smem_bytes, per_sm});
   *blocks_per_sm = per_sm;
   return cudaSuccess;
 }
@@ -146,7 +147,7 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   const int smem = a.table_bytes + kWarps * 2 * kRows * a.region_bytes;  // two stages per warp
 
   // IQ1_S at decode sizes (the routed experts): the sub-block kernel, passes of up to 8 tokens.
-  if (p.type == quant::GgmlType::kIQ1_S && p.n_tokens <= kIq1sSubMaxTokens) {
+  if (p.type == quant::GgmlType::kIQ1_S && p.n_tokens <= kIq1sSubMaxTokens && p.cols <= kIq1sSubMaxCols) {
     a.n_tokens = static_cast<int32_t>(p.n_tokens);
     a.x = p.x;
     a.y = p.y;
