@@ -20,6 +20,7 @@
 //   ncu --profile-from-start off --clock-control none --print-summary per-kernel \
 //       k3_cuda_decode_bench --preset slice --layers 4 --batches 1 --steps 4 --ncu-step
 // --tc-mla-decode: decode steps' MLA attention on tensor cores (CudaEngineOptions::tc_mla_decode);
+// --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
 // --f16: the MLA cache in f16.
 #include <algorithm>
 #include <chrono>
@@ -84,7 +85,7 @@ int main(int argc, char** argv) {
 int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048;
-  bool f16 = false, graphs = true, ncu_step = false, tc_mla = false;
+  bool f16 = false, graphs = true, ncu_step = false, tc_mla = false, int8_experts = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -102,6 +103,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--chunk") chunk = std::stoll(next());
     else if (a == "--f16") f16 = true;
     else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (CudaEngineOptions)
+    else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
@@ -132,6 +134,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.page_size = kPage;
   opt.cache_f16 = f16;
   opt.tc_mla_decode = tc_mla;
+  opt.int8_expert_x = int8_experts;
   opt.use_graphs = graphs;
   opt.verbose = lead;
 #ifdef K3_BENCH_NCCL
@@ -183,8 +186,10 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const auto& c = eng.config();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead) {
-    std::printf("model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s\n", what.c_str(),
-                c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off");
+    std::printf("model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
+                "decode MLA %s; expert inputs %s\n", what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s,
+                f16 ? "f16" : "f32", graphs ? "on" : "off", tc_mla ? "tensor cores" : "exact",
+                int8_experts ? "int8" : "f32");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
     std::fflush(stdout);

@@ -5,7 +5,9 @@
 //
 // Tolerance per output: 3e-5 · Σ_c |w_c x_c| (f32 sums in two different orders differ by a few
 // 1e-7 of that; one wrong weight moves the result by about 1/cols of it, i.e. 1e-4 at 7168).
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -15,6 +17,8 @@
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/dot.h"
+#include "kernels/quant/half.h"
+#include "kernels/quant/iq_tables.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/quant_random.h"
 
@@ -29,7 +33,41 @@ struct Case {
   int64_t n_mats = 1;   // slots in the launch
   int64_t n_pool = 1;   // distinct matrices in memory (slots pick through mat_ids when > 1)
   bool shared_x = true; // every slot reads the same x
+  bool int8_x = false;  // IQ1_S: x rounded to int8 per 32 columns (QuantGemvParams::int8_x)
 };
+
+// The int8-activation IQ1_S product of one row and one token, in double (the kernel's function):
+// per 32 columns x is rounded to q = rn(x·(127/amax)) in f32 with scale sx = amax/127, and the
+// sub-block is dl·(sx·Σ g·q + δ·Σx). `bound` gets 3e-5 of the sum of the terms' magnitudes.
+double Iq1sInt8XRow(const uint8_t* row, int64_t cols, const float* x, double* bound) {
+  double y = 0, mag = 0;
+  for (int64_t b = 0; b < cols / 256; ++b, row += 50) {
+    const float d = quant::F16ToF32(static_cast<uint16_t>(row[0] | row[1] << 8));
+    for (int ib = 0; ib < 8; ++ib) {
+      const float* xs = x + 256 * b + 32 * ib;
+      const uint16_t qh = static_cast<uint16_t>(row[34 + 2 * ib] | row[35 + 2 * ib] << 8);
+      const double dl = d * static_cast<double>(2 * ((qh >> 12) & 7) + 1);
+      const double delta = (qh & 0x8000) ? -quant::kIq1sDelta : quant::kIq1sDelta;
+      float amax = 0;
+      for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(xs[j]));
+      const float sx = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+      double gq = 0, gq_abs = 0, xsum = 0, x_abs = 0;
+      for (int l = 0; l < 4; ++l) {
+        const int idx = row[2 + 4 * ib + l] | (((qh >> (3 * l)) & 7) << 8);
+        for (int k = 0; k < 8; ++k) {
+          const int g = static_cast<int8_t>(static_cast<uint8_t>(quant::kIq1sGrid[idx] >> (8 * k)));
+          const float xv = xs[8 * l + k];
+          const double q = std::nearbyint(xv * inv);
+          gq += g * q, gq_abs += std::fabs(g * q), xsum += xv, x_abs += std::fabs(xv);
+        }
+      }
+      y += dl * (sx * gq + delta * xsum);
+      mag += std::fabs(dl) * (sx * gq_abs + std::fabs(delta) * x_abs);
+    }
+  }
+  *bound = 3e-5 * mag + 1e-30;
+  return y;
+}
 
 void RunCase(const Case& c, uint64_t seed) {
   SCOPED_TRACE(::testing::Message() << quant::TypeName(c.type) << " rows " << c.rows << " cols " << c.cols
@@ -73,6 +111,7 @@ void RunCase(const Case& c, uint64_t seed) {
   p.y_stride = y_stride;
   p.y_mat_stride = c.n_tokens * y_stride;
   p.n_tokens = c.n_tokens;
+  p.int8_x = c.int8_x;
   K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
   const std::vector<float> y = d_y.Download();
 
@@ -88,6 +127,10 @@ void RunCase(const Case& c, uint64_t seed) {
         double a = 0;
         for (int64_t i = 0; i < c.cols; ++i) a += std::fabs(static_cast<double>(w[i]) * xs[t * x_stride + i]);
         bound[t * c.rows + r] = 3e-5 * a + 1e-30;
+        if (c.int8_x) {
+          ref[t * c.rows + r] = static_cast<float>(
+              Iq1sInt8XRow(mat + r * row_bytes, c.cols, xs + t * x_stride, &bound[t * c.rows + r]));
+        }
       }
     }
     std::vector<float> got(c.n_tokens * c.rows);
@@ -151,6 +194,64 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_3584To3072_Batched) {
   RunCase({GgmlType::kIQ1_S, 9, 9216, 3, 2, 2, false}, 34);
 }
 
+// int8 activations: the same cases as the exact kernel against the int8 function, then how far
+// that function is from the exact product on the real expert shape (x ~ N(0, 1): the rounding
+// error of one x is at most amax/254, relative L2 of the outputs about 5e-3).
+TEST(QuantGemvTest, K3ExpertsIQ1S_Int8X) {
+  K3_REQUIRE_GPU();
+  Case c{GgmlType::kIQ1_S, 3072, 3584, 1, 16, 24, true};
+  c.int8_x = true;
+  RunCase(c, 7);
+  c = {GgmlType::kIQ1_S, 3584, 3072, 1, 16, 24, false};
+  c.int8_x = true;
+  RunCase(c, 8);
+  for (int64_t tokens : {2, 5, 8}) {
+    c = {GgmlType::kIQ1_S, 3074, 3584, tokens, 3, 5, false};
+    c.int8_x = true;
+    RunCase(c, 40 + tokens);
+  }
+  c = {GgmlType::kIQ1_S, 7, 7168, 3, 2, 2, true};
+  c.int8_x = true;
+  RunCase(c, 51);
+  c = {GgmlType::kIQ1_S, 256, 256, 1, 4, 32, true};  // the golden model's expert shape
+  c.int8_x = true;
+  RunCase(c, 52);
+
+  std::mt19937_64 rng(91);
+  const int64_t rows = 3072, cols = 3584;
+  const auto w = RandomQuantRows(GgmlType::kIQ1_S, rows, cols, rng);
+  const std::vector<float> x = Normal(rng, cols, 0.0, 1.0);
+  DeviceBuffer<uint8_t> d_w(w);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<float> d_y(static_cast<size_t>(rows));
+  QuantGemvParams p;
+  p.type = GgmlType::kIQ1_S;
+  p.weight = d_w.get();
+  p.rows = rows;
+  p.cols = cols;
+  p.row_bytes = static_cast<size_t>(cols / 256 * 50);
+  p.x = d_x.get();
+  p.x_stride = cols;
+  p.y = d_y.get();
+  p.y_stride = rows;
+  p.n_tokens = 1;
+  p.int8_x = true;
+  K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
+  const std::vector<float> y = d_y.Download();
+  std::vector<float> exact(rows);
+  quant::MatMul({GgmlType::kIQ1_S, w.data(), rows, cols, static_cast<size_t>(p.row_bytes)}, x.data(), 1, cols,
+                exact.data(), rows);
+  double num = 0, den = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    num += (static_cast<double>(y[r]) - exact[r]) * (static_cast<double>(y[r]) - exact[r]);
+    den += static_cast<double>(exact[r]) * exact[r];
+  }
+  const double rel = std::sqrt(num / den);
+  std::printf("int8 x vs exact, 3584 -> 3072: relative L2 %.2e\n", rel);
+  EXPECT_LT(rel, 1e-2);
+  EXPECT_GT(rel, 1e-5);  // the rounding is really there (not the f32 path)
+}
+
 // The IQ1_S sub-block kernel's order of summation depends on the shape only: token 0's outputs are
 // bit-identical whether it comes alone or with 1, 4 or 7 other tokens.
 TEST(QuantGemvTest, Iq1sBatchInvariant) {
@@ -172,17 +273,21 @@ TEST(QuantGemvTest, Iq1sBatchInvariant) {
   p.x_stride = cols;
   p.y = d_y.get();
   p.y_stride = rows;
-  std::vector<float> alone;
-  for (int64_t tokens : {1, 2, 5, 8}) {
-    p.n_tokens = tokens;
-    d_y.Poison();
-    K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
-    const std::vector<float> y = d_y.Download();
-    const std::vector<float> first(y.begin(), y.begin() + rows);
-    if (alone.empty()) {
-      alone = first;
-    } else {
-      EXPECT_EQ(0, std::memcmp(first.data(), alone.data(), rows * sizeof(float))) << tokens << " tokens";
+  for (bool int8_x : {false, true}) {
+    p.int8_x = int8_x;
+    std::vector<float> alone;
+    for (int64_t tokens : {1, 2, 5, 8}) {
+      p.n_tokens = tokens;
+      d_y.Poison();
+      K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
+      const std::vector<float> y = d_y.Download();
+      const std::vector<float> first(y.begin(), y.begin() + rows);
+      if (alone.empty()) {
+        alone = first;
+      } else {
+        EXPECT_EQ(0, std::memcmp(first.data(), alone.data(), rows * sizeof(float)))
+            << tokens << " tokens, int8_x " << int8_x;
+      }
     }
   }
 }

@@ -833,10 +833,11 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       } else {
         K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
         K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
-        K3_CU(GemvStack(w.gate_exps, m.idloc, n * K, m.xe, L, L, m.ge, Fw, Fw, 1, s));
-        K3_CU(GemvStack(w.up_exps, m.idloc, n * K, m.xe, L, L, m.ue, Fw, Fw, 1, s));
+        const bool i8 = options_.int8_expert_x;
+        K3_CU(GemvStack(w.gate_exps, m.idloc, n * K, m.xe, L, L, m.ge, Fw, Fw, 1, s, i8));
+        K3_CU(GemvStack(w.up_exps, m.idloc, n * K, m.xe, L, L, m.ue, Fw, Fw, 1, s, i8));
         K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
-        K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s));
+        K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s, i8));
         K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
       }
       if (w.has_shared) {

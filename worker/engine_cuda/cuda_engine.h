@@ -75,6 +75,10 @@ struct CudaEngineOptions {
   // flash-decoding kernel, which is compute-bound at long contexts (3.1 ms per layer at 128k on an
   // H200). Off: decode keeps the golden bars of the exact path.
   bool tc_mla_decode = false;
+  // Decode steps' routed-expert products (IQ1_S) round their inputs to int8 per 32 values and
+  // multiply in integers (QuantGemvParams::int8_x; ~2x faster expert GEMVs). Not exact: on the
+  // golden model held to llama.cpp's closeness (which rounds every product's input so).
+  bool int8_expert_x = false;
   bool verbose = true;        // progress lines while uploading
 };
 

@@ -45,8 +45,10 @@ cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int6
 }
 
 cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
-                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s) {
+                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s,
+                      bool int8_x) {
   auto p = ProductParams<cuda::QuantGemvParams>(w, x, x_stride, y, y_stride, n_tokens);
+  p.int8_x = int8_x;
   p.n_mats = n_mats;
   p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
   p.mat_ids = ids;

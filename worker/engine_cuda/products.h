@@ -29,9 +29,11 @@ struct GemmScratch {
 cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                  cudaStream_t s);
 
-// Batched: slot i uses matrix ids[i] (or i), its x at x + i*x_mat, y at y + i*y_mat.
+// Batched: slot i uses matrix ids[i] (or i), its x at x + i*x_mat, y at y + i*y_mat. int8_x: IQ1_S
+// stacks round x to int8 (QuantGemvParams::int8_x).
 cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
-                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s);
+                      int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s,
+                      bool int8_x = false);
 
 // y = W x for n rows: GEMV or GEMM by row count (exact_only: always the GEMV).
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,

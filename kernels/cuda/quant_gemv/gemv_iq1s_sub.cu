@@ -24,6 +24,13 @@
 // w = dl·(g + δ), rearranged); sub-blocks summed by the fixed lane butterfly then warp order. The
 // order depends on the shape only: a token's output is the same whatever else is in the batch.
 //
+// int8 activations (QuantGemvParams::int8_x, CudaEngineOptions::int8_expert_x): each lane rounds x of its
+// sub-block column to int8 once per matrix (q = rn(x·127/amax), sx = amax/127, ggml's q8 rule) and
+// a sub-block is s = sx·Σ_j g_j·q_j, the integer sum in two DP4As per 8 weights against the grid
+// read as packed int8 (an 8-byte table); δ·Σx keeps the exact f32 Σx. ~4x fewer instructions per
+// weight than the f32 path; the cost is x's rounding (relative ~1/254 per element). One token:
+// rows in groups of 8 (ColRows). H200, 16 experts 3584 -> 3072, 1 token: 36.6 us (f32 path 52.7).
+//
 // Rows wider than kIq1sSubMaxCols stay on the block GEMV (QuantGemv decides).
 //
 // H200 (k3_cuda_gemv_bench --only=expert, stream): 16 experts 3584 -> 3072, 1 token: 52 us (a
@@ -58,6 +65,14 @@ constexpr int kColSuper = 32;                    // rows per cross-warp reductio
 constexpr int kColMaxTeams = 8;                  // named barriers 1..8
 constexpr int kColMaxTokens = 4;                 // tokens per pass
 constexpr int kColG = 4;                         // rows per group (loaded together, the next group in flight)
+
+// Rows per group of an instantiation: 8 for the int8 path of one token (x in 8 registers instead of
+// 32 leaves room for twice the loads in flight; held to 128 registers, two blocks per SM), else
+// kColG. The result does not depend on it.
+template <int M, bool kI8>
+constexpr int ColRows() {
+  return kI8 && M == 1 ? 2 * kColG : kColG;
+}
 
 struct ColArgs {
   const uint8_t* w;
@@ -113,6 +128,23 @@ __device__ __forceinline__ void LoadX32(const float* p, float (&f)[32]) {
   }
 }
 
+// x of one sub-block column rounded to int8 (packed 4 per word, column order) with its scale:
+// x_j ≈ sx·q_j. amax = 0 gives q = 0, sx = 0.
+__device__ __forceinline__ void QuantizeX32(const float (&f)[32], int (&q)[8], float& sx) {
+  float amax = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 32; ++i) amax = fmaxf(amax, fabsf(f[i]));
+  sx = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+#pragma unroll
+  for (int w = 0; w < 8; ++w) {
+    uint32_t v = 0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) v |= (static_cast<uint32_t>(__float2int_rn(f[4 * w + k] * inv)) & 0xffu) << (8 * k);
+    q[w] = static_cast<int>(v);
+  }
+}
+
 template <int G>
 struct ColLoads {  // one lane's sub-block of G rows
   uint32_t d[G], qh[G], qs0[G], qs1[G];
@@ -135,6 +167,35 @@ __device__ __forceinline__ void ColLoad(const uint8_t* row0, int64_t row_bytes, 
   }
 }
 
+// kI8: p[r·M + t] = dl·(sx_t·Σ_j g_j·q_tj + δ·Σx_t) for the rows r < nr of a group: per row the 4 grid
+// entries (8 int8 each) and 8 DP4As per token.
+template <int M, int G>
+__device__ __forceinline__ void Iq1sI8Group(const ColLoads<G>& cur, const uint2* tab2, const int (&xq)[M][8],
+                                            const float (&sx)[M], const float (&xsum)[M], int nr, float* p) {
+#pragma unroll
+  for (int r = 0; r < G; ++r) {
+    const uint32_t qh = cur.qh[r], q0 = cur.qs0[r], q1 = cur.qs1[r];
+    const uint32_t qhs = (qh & 7u) | ((qh & 0x38u) << 5) | ((qh & 0x1c0u) << 10) | ((qh & 0xe00u) << 15);
+    uint2 e[4];
+    e[0] = tab2[__byte_perm(q0, qhs, 0x3240u)];
+    e[1] = tab2[__byte_perm(q0, qhs, 0x3251u)];
+    e[2] = tab2[__byte_perm(q1, qhs, 0x3260u)];
+    e[3] = tab2[__byte_perm(q1, qhs, 0x3271u)];
+    const float dl = HalfToFloat(cur.d[r]) * SmallIntF(static_cast<int>(2 * ((qh >> 12) & 7u) + 1));
+    const float del = __uint_as_float(0x3e000000u | ((qh & 0x8000u) << 16));  // ±1/8
+#pragma unroll
+    for (int t = 0; t < M; ++t) {
+      int si = 0;
+#pragma unroll
+      for (int l = 0; l < 4; ++l) {
+        si = __dp4a(static_cast<int>(e[l].x), xq[t][2 * l], si);
+        si = __dp4a(static_cast<int>(e[l].y), xq[t][2 * l + 1], si);
+      }
+      if (r < nr) p[r * M + t] = dl * fmaf(sx[t], static_cast<float>(si), del * xsum[t]);
+    }
+  }
+}
+
 template <int M>
 constexpr int ColThreads() {
   return M == 1 ? 256 : M == 2 ? 512 : 384;
@@ -147,23 +208,36 @@ constexpr int ColThreads() {
 // evenly over the teams; a team walks its rows in groups of kColG (the next group's loads in flight)
 // and reduces every kColSuper rows: lanes by the xor butterfly, then warps through shared memory in
 // warp order. Per (row, token) the sum is Σ_c dl_c·(s_c + δ_c·Σx_c) over the columns c in that fixed
-// tree, s_c = Σ_j 2g_j·x_j / 2 in column order: it depends on the shape only.
-template <int M>
-__global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const ColArgs a) {
+// tree, s_c = Σ_j 2g_j·x_j / 2 in column order (kI8: s_c = sx_c·Σ_j g_j·q_j, exact integers): it
+// depends on the shape only.
+template <int M, bool kI8>
+__global__ void __launch_bounds__(ColThreads<M>(), ColRows<M, kI8>() / kColG) Iq1sSubColKernel(const ColArgs a) {
   constexpr bool kXRegs = M == 1;
-  __shared__ uint32_t tab[2048];
+  constexpr int kG = ColRows<M, kI8>();
+  // the grid: 4-byte nibble entries, or (kI8) the 8 int8 values of each entry as two words
+  __shared__ __align__(8) uint32_t tab[kI8 ? 4096 : 2048];
   extern __shared__ __align__(16) uint8_t dsm[];
   const int n_sub = a.n_sub, nw = a.n_warps;
   const int team_threads = 32 * nw;
   const int team = threadIdx.x / team_threads;
   const int tid = threadIdx.x - team * team_threads;
   const int warp = tid >> 5, lane = tid & 31;
-  // shared: reduction buffers [team][2][warp][kColSuper * M], then x (float4 [M][8][n_sub]) and Σx ([M][n_sub])
+  // shared: reduction buffers [team][2][warp][kColSuper * M], then x (float4 [M][8][n_sub]; kI8:
+  // int4 [M][2][n_sub] and the scales [M][n_sub]) and Σx ([M][n_sub])
   float* const red = reinterpret_cast<float*>(dsm) + team * (2 * nw * kColSuper * M);
   float4* const xs4 = reinterpret_cast<float4*>(dsm + a.n_teams * (2 * nw * kColSuper * M) * 4);
-  float* const xsum_s = reinterpret_cast<float*>(xs4 + M * 8 * n_sub);
+  int4* const xq4 = reinterpret_cast<int4*>(xs4);
+  float* const sx_s = reinterpret_cast<float*>(xq4 + M * 2 * n_sub);
+  float* const xsum_s = kI8 ? sx_s + M * n_sub : reinterpret_cast<float*>(xs4 + M * 8 * n_sub);
 
-  for (int i = threadIdx.x; i < 2048; i += blockDim.x) tab[i] = Iq1sNibbleEntry(iqdev::kIq1sGrid[i]);
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) {
+    if constexpr (kI8) {
+      const uint64_t g = iqdev::kIq1sGrid[i];
+      tab[2 * i] = static_cast<uint32_t>(g), tab[2 * i + 1] = static_cast<uint32_t>(g >> 32);
+    } else {
+      tab[i] = Iq1sNibbleEntry(iqdev::kIq1sGrid[i]);
+    }
+  }
   __syncthreads();
 
   const int c = tid;
@@ -174,8 +248,9 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
   const int64_t total = a.n_mats * a.rows;
   const int64_t g_lo = total * blockIdx.x / gridDim.x, g_hi = total * (blockIdx.x + 1) / gridDim.x;
   const float* x_cur = nullptr;
-  float xr[kXRegs ? 32 : 1];
-  float xsr = 0.0f;
+  float xr[kXRegs && !kI8 ? 32 : 1];
+  int xqr[kXRegs && kI8 ? 8 : 1];
+  float xsr = 0.0f, sxr = 0.0f;
   int buf = 0;
   for (int64_t g = g_lo; g < g_hi;) {
     const int64_t mat = g / a.rows;
@@ -187,22 +262,38 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
       x_cur = xm;
       if constexpr (kXRegs) {
         if (live) {
-          LoadX32(xm + 32 * c, xr);
-          xsr = XSum32(xr);
+          if constexpr (kI8) {
+            float f[32];
+            LoadX32(xm + 32 * c, f);
+            xsr = XSum32(f);
+            QuantizeX32(f, xqr, sxr);
+          } else {
+            LoadX32(xm + 32 * c, xr);
+            xsr = XSum32(xr);
+          }
         }
       } else {
         __syncthreads();  // the previous matrix's x is no longer read
-        const int n8 = n_sub * 8;
-        for (int i = threadIdx.x; i < a.n_tokens * n8; i += blockDim.x) {
-          const int t = i / n8, rem = i - t * n8;
-          const int cc = rem >> 3, q = rem & 7;
-          xs4[(t * 8 + q) * n_sub + cc] = __ldg(reinterpret_cast<const float4*>(xm + t * a.x_stride + 32 * cc + 4 * q));
+        if constexpr (!kI8) {
+          const int n8 = n_sub * 8;
+          for (int i = threadIdx.x; i < a.n_tokens * n8; i += blockDim.x) {
+            const int t = i / n8, rem = i - t * n8;
+            const int cc = rem >> 3, q = rem & 7;
+            xs4[(t * 8 + q) * n_sub + cc] =
+                __ldg(reinterpret_cast<const float4*>(xm + t * a.x_stride + 32 * cc + 4 * q));
+          }
         }
         for (int i = threadIdx.x; i < a.n_tokens * n_sub; i += blockDim.x) {
           const int t = i / n_sub, cc = i - t * n_sub;
           float f[32];
           LoadX32(xm + t * a.x_stride + 32 * cc, f);
           xsum_s[t * n_sub + cc] = XSum32(f);
+          if constexpr (kI8) {
+            int q[8];
+            QuantizeX32(f, q, sx_s[t * n_sub + cc]);
+            xq4[(t * 2) * n_sub + cc] = make_int4(q[0], q[1], q[2], q[3]);
+            xq4[(t * 2 + 1) * n_sub + cc] = make_int4(q[4], q[5], q[6], q[7]);
+          }
         }
         __syncthreads();
       }
@@ -212,36 +303,54 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
     const int64_t id = a.mat_ids != nullptr ? static_cast<int64_t>(a.mat_ids[mat]) : mat;
     const uint8_t* const wm = a.w + id * a.mat_stride;
     float* const ym = a.y + mat * a.y_mat_stride;
-    float xsum[M];
+    float xsum[M], sx[M];
 #pragma unroll
     for (int t = 0; t < M; ++t) {
       if constexpr (kXRegs) {
-        xsum[t] = xsr;
+        xsum[t] = xsr, sx[t] = sxr;
       } else {
         xsum[t] = live && t < a.n_tokens ? xsum_s[t * n_sub + c] : 0.0f;
+        sx[t] = kI8 && live && t < a.n_tokens ? sx_s[t * n_sub + c] : 0.0f;
       }
     }
-    const int n_groups = static_cast<int>((t_hi - t_lo + kColG - 1) / kColG);
-    ColLoads<kColG> cur, nxt;
+    const int n_groups = static_cast<int>((t_hi - t_lo + kG - 1) / kG);
+    ColLoads<kG> cur, nxt;
     if (n_groups > 0) {
-      ColLoad(wm + t_lo * a.row_bytes, a.row_bytes, static_cast<int>(Min64(kColG, t_hi - t_lo)), live, od, oqh,
+      ColLoad(wm + t_lo * a.row_bytes, a.row_bytes, static_cast<int>(Min64(kG, t_hi - t_lo)), live, od, oqh,
               oqs, cur);
     }
     for (int gi = 0; gi < n_groups; ++gi) {
-      const int64_t r0 = t_lo + static_cast<int64_t>(gi) * kColG;
-      const int nr = static_cast<int>(Min64(kColG, t_hi - r0));
+      const int64_t r0 = t_lo + static_cast<int64_t>(gi) * kG;
+      const int nr = static_cast<int>(Min64(kG, t_hi - r0));
       if (gi + 1 < n_groups) {
-        ColLoad(wm + (r0 + kColG) * a.row_bytes, a.row_bytes, static_cast<int>(Min64(kColG, t_hi - r0 - kColG)),
+        ColLoad(wm + (r0 + kG) * a.row_bytes, a.row_bytes, static_cast<int>(Min64(kG, t_hi - r0 - kG)),
                 live, od, oqh, oqs, nxt);
       }
-      float p[kColG * M];
+      float p[kG * M];
 #pragma unroll
-      for (int i = 0; i < kColG * M; ++i) p[i] = 0.0f;
-      if (live) {
-        uint32_t e[kColG][4];
-        float dlh[kColG], del2[kColG];
+      for (int i = 0; i < kG * M; ++i) p[i] = 0.0f;
+      if constexpr (kI8) {
+        if (live) {  // lanes past the row's end add zeros
+          int xq[M][8];
 #pragma unroll
-        for (int r = 0; r < kColG; ++r) {
+          for (int t = 0; t < M; ++t) {
+            if constexpr (kXRegs) {
+#pragma unroll
+              for (int w = 0; w < 8; ++w) xq[t][w] = xqr[w];
+            } else {
+              const int4 lo = t < a.n_tokens ? xq4[(t * 2) * n_sub + c] : make_int4(0, 0, 0, 0);
+              const int4 hi = t < a.n_tokens ? xq4[(t * 2 + 1) * n_sub + c] : make_int4(0, 0, 0, 0);
+              xq[t][0] = lo.x, xq[t][1] = lo.y, xq[t][2] = lo.z, xq[t][3] = lo.w;
+              xq[t][4] = hi.x, xq[t][5] = hi.y, xq[t][6] = hi.z, xq[t][7] = hi.w;
+            }
+          }
+          Iq1sI8Group<M>(cur, reinterpret_cast<const uint2*>(tab), xq, sx, xsum, nr, p);
+        }
+      } else if (live) {
+        uint32_t e[kG][4];
+        float dlh[kG], del2[kG];
+#pragma unroll
+        for (int r = 0; r < kG; ++r) {
           const uint32_t qh = cur.qh[r], q0 = cur.qs0[r], q1 = cur.qs1[r];
           // grid index of group l = qs byte l | 3 high bits << 8: the high bits spread one per byte,
           // then one PRMT per group (q0, q1 are zero-extended u16: their bytes 2, 3 are 0)
@@ -254,9 +363,9 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
           dlh[r] = HalfToFloat(cur.d[r]) * (SmallIntF(static_cast<int>(2 * ((qh >> 12) & 7u) + 1)) * 0.5f);
           del2[r] = __uint_as_float(0x3e800000u | ((qh & 0x8000u) << 16));
         }
-        float s[kColG][M];
+        float s[kG][M];
 #pragma unroll
-        for (int r = 0; r < kColG; ++r) {
+        for (int r = 0; r < kG; ++r) {
 #pragma unroll
           for (int t = 0; t < M; ++t) s[r][t] = 0.0f;
         }
@@ -277,7 +386,7 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
             }
           }
 #pragma unroll
-          for (int r = 0; r < kColG; ++r) {
+          for (int r = 0; r < kG; ++r) {
             const uint32_t ent = e[r][q >> 1];
             // the 4 codes of this half as bytes c << 4; byte 0 reaches the top by a shift, the
             // others by PRMT
@@ -294,7 +403,7 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
           }
         }
 #pragma unroll
-        for (int r = 0; r < kColG; ++r) {
+        for (int r = 0; r < kG; ++r) {
 #pragma unroll
           for (int t = 0; t < M; ++t) {
             if (r < nr) p[r * M + t] = dlh[r] * fmaf(del2[r], xsum[t], s[r][t]);
@@ -302,17 +411,17 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
         }
       }
       int base = 0, free_mask = 0;
-      Butterfly<kColG * M, 16>::Run(p, lane, base, free_mask);
-      constexpr int kFinal = Butterfly<kColG * M, 16>::kFinal;
-      const int slot = (gi % (kColSuper / kColG)) * kColG * M;
+      Butterfly<kG * M, 16>::Run(p, lane, base, free_mask);
+      constexpr int kFinal = Butterfly<kG * M, 16>::kFinal;
+      const int slot = (gi % (kColSuper / kG)) * kG * M;
       float* const rb = red + (buf * nw + warp) * (kColSuper * M);
       if ((lane & free_mask) == 0) {
 #pragma unroll
         for (int j = 0; j < kFinal; ++j) rb[slot + base + j] = p[j];
       }
-      if (gi % (kColSuper / kColG) == kColSuper / kColG - 1 || gi + 1 == n_groups) {
+      if (gi % (kColSuper / kG) == kColSuper / kG - 1 || gi + 1 == n_groups) {
         asm volatile("bar.sync %0, %1;" ::"r"(team + 1), "r"(team_threads) : "memory");
-        const int64_t s0 = t_lo + static_cast<int64_t>(gi / (kColSuper / kColG)) * kColSuper;
+        const int64_t s0 = t_lo + static_cast<int64_t>(gi / (kColSuper / kG)) * kColSuper;
         const int n_rows = static_cast<int>(Min64(kColSuper, t_hi - s0));
         for (int i = tid; i < n_rows * M; i += team_threads) {
           const int r = i / M, t = i - r * M;
@@ -330,26 +439,27 @@ __global__ void __launch_bounds__(ColThreads<M>(), 1) Iq1sSubColKernel(const Col
   }
 }
 
-template <int M>
+template <int M, bool kI8>
 cudaError_t LaunchIq1sCol(ColArgs a, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sSubColKernel<M>);
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sSubColKernel<M, kI8>);
   const int team_threads = 32 * a.n_warps;
   a.n_teams = std::max(1, std::min(kColMaxTeams, ColThreads<M>() / team_threads));
   const int threads = a.n_teams * team_threads;
-  const int smem = a.n_teams * 2 * a.n_warps * kColSuper * M * 4 + (M == 1 ? 0 : M * a.n_sub * (8 * 16 + 4));
+  const int x_bytes = kI8 ? 2 * 16 + 4 + 4 : 8 * 16 + 4;  // per token and sub-block column
+  const int smem = a.n_teams * 2 * a.n_warps * kColSuper * M * 4 + (M == 1 ? 0 : M * a.n_sub * x_bytes);
   int per_sm = 0;
   K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
   const int64_t total = a.n_mats * a.rows;
-  const int64_t want = (total + a.n_teams * kColG - 1) / (a.n_teams * kColG);
+  const int64_t want = (total + a.n_teams * ColRows<M, kI8>() - 1) / (a.n_teams * ColRows<M, kI8>());
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(std::max<int64_t>(1, want < cap ? want : cap));
-  Iq1sSubColKernel<M><<<grid, threads, smem, stream>>>(a);
+  Iq1sSubColKernel<M, kI8><<<grid, threads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
 }  // namespace
 
-cudaError_t LaunchIq1sSub(const Args& a, cudaStream_t stream) {
+cudaError_t LaunchIq1sSub(const Args& a, bool int8_x, cudaStream_t stream) {
   const int n_sub = a.bpr * 8;
   if (n_sub > kColMaxSub || a.n_tokens > kIq1sSubMaxTokens) return cudaErrorInvalidValue;
   ColArgs c{};
@@ -370,8 +480,12 @@ cudaError_t LaunchIq1sSub(const Args& a, cudaStream_t stream) {
     c.n_tokens = nt;
     c.x = a.x + t0 * a.x_stride;
     c.y = a.y + t0 * a.y_stride;
-    const cudaError_t e = nt == 1 ? LaunchIq1sCol<1>(c, stream) : nt == 2 ? LaunchIq1sCol<2>(c, stream)
-                                                                          : LaunchIq1sCol<4>(c, stream);
+    const cudaError_t e = int8_x ? (nt == 1   ? LaunchIq1sCol<1, true>(c, stream)
+                                      : nt == 2 ? LaunchIq1sCol<2, true>(c, stream)
+                                                : LaunchIq1sCol<4, true>(c, stream))
+                                   : (nt == 1   ? LaunchIq1sCol<1, false>(c, stream)
+                                      : nt == 2 ? LaunchIq1sCol<2, false>(c, stream)
+                                                : LaunchIq1sCol<4, false>(c, stream));
     if (e != cudaSuccess) return e;
   }
   return cudaSuccess;

@@ -13,7 +13,8 @@ inline constexpr int kIq1sSubMaxTokens = 8;
 inline constexpr int kIq1sSubMaxCols = 8192;
 
 // The product for a.n_tokens <= kIq1sSubMaxTokens and rows of at most kIq1sSubMaxCols weights
-// (cudaErrorInvalidValue otherwise), every field of `a` as QuantGemv fills it for IQ1_S.
-cudaError_t LaunchIq1sSub(const Args& a, cudaStream_t stream);
+// (cudaErrorInvalidValue otherwise), every field of `a` as QuantGemv fills it for IQ1_S; int8_x:
+// x rounded to int8 per 32 columns (QuantGemvParams::int8_x).
+cudaError_t LaunchIq1sSub(const Args& a, bool int8_x, cudaStream_t stream);
 
 }  // namespace k3::cuda::qgemv

@@ -151,7 +151,7 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
     a.n_tokens = static_cast<int32_t>(p.n_tokens);
     a.x = p.x;
     a.y = p.y;
-    return LaunchIq1sSub(a, stream);
+    return LaunchIq1sSub(a, p.int8_x, stream);
   }
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMaxTokens) {
     const int64_t nt = p.n_tokens - t0 < kQuantGemvMaxTokens ? p.n_tokens - t0 : kQuantGemvMaxTokens;

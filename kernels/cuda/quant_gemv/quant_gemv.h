@@ -35,6 +35,11 @@ struct QuantGemvParams {
   int64_t y_stride;           // floats between token rows of y, >= rows
   int64_t y_mat_stride = 0;   // floats between the y of consecutive slots
   int64_t n_tokens;           // token rows, >= 1 (looped in passes of kQuantGemvMaxTokens)
+  // IQ1_S at decode sizes (n_tokens <= 8, cols <= 8192: the routed experts) only, ignored
+  // otherwise: x rounded to int8 per 32 columns (q = rn(x·127/amax), x ≈ amax/127·q, the scale of
+  // ggml's q8 blocks) and the products in integer DP4A, Σx kept exact. ~4x fewer instructions per
+  // weight; each x carries a rounding error of up to amax/254 (not the exact function any more).
+  bool int8_x = false;
 };
 
 // True for every type with a GPU decoder (the same set as quant::CanDequantize).
