@@ -2,12 +2,16 @@
 // and prints TFLOP/s against the tensor-core rate (H200 dense f16/bf16 ≈ 790 TFLOP/s measured
 // through cuBLAS; with cuBLAS linked the bench measures it again, 8192³ f16, and also times
 // cuBLAS on each dense shape with f16 copies of the weights, the "no dequantization" reference).
-//   k3_cuda_gemm_bench [out.csv|-] [dense|experts|all] [T]   (defaults: no csv, all, every T)
+//   k3_cuda_gemm_bench [out.csv|-] [dense|experts|variants|profile|all] [T]   (defaults: no csv, all, every T)
 // Cases, each at T = 512, 2048, 4096, 8192 tokens: Q8_0 7168 -> 12288 and 12288 -> 7168, the F32
 // router 7168 -> 896, IQ1_S experts 3584 -> 3072 (gate/up, x gathered through x_rows) and
 // 3072 -> 3584 (down, grouped x) over 896 experts with T·16 grouped rows routed with uneven
-// (log-normal) popularity; MoeGroupTokens and MoeCombineGrouped at the same T. Random data, never
-// zeros; 2 warm-up launches, then the mean of back-to-back launches (>= 3, about 100 ms).
+// (log-normal) popularity, and again with uniform popularity (rows per expert ~T·16/896 ± its
+// square root, as a balanced router gives); MoeGroupTokens and MoeCombineGrouped at the same T.
+// `variants` times the expert products under every QuantGemmParams knob instead (IQ1_S decode
+// generic or f16 × token tile 64 or 128; the results are the same bit for bit); `profile` makes
+// one launch of each (uniform routing, T = 4096 unless given) for a profiler. Random data,
+// never zeros; 2 warm-up launches, then the mean of back-to-back launches (>= 3, about 100 ms).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -242,11 +246,11 @@ void DenseCase(const char* name, GgmlType type, int64_t rows, int64_t cols, bool
 }
 
 // Router-like ids: per token the top-k of log(popularity) + Gumbel noise (k distinct experts),
-// popularity log-normal (sigma 1): very uneven groups, as in practice.
-std::vector<int32_t> RouteIds(int64_t T, int64_t k, int64_t E, std::mt19937_64& rng) {
+// popularity log-normal (sigma 1: very uneven groups, as in practice) or, with sigma 0, uniform.
+std::vector<int32_t> RouteIds(int64_t T, int64_t k, int64_t E, std::mt19937_64& rng, double sigma = 1.0) {
   std::normal_distribution<double> nd(0.0, 1.0);
   std::vector<double> logp(E);
-  for (auto& v : logp) v = nd(rng);
+  for (auto& v : logp) v = sigma * nd(rng);
   std::uniform_real_distribution<double> ud(1e-12, 1.0);
   std::vector<int32_t> ids(T * k);
   std::vector<std::pair<double, int32_t>> s(E);
@@ -258,7 +262,15 @@ std::vector<int32_t> RouteIds(int64_t T, int64_t k, int64_t E, std::mt19937_64& 
   return ids;
 }
 
-void ExpertCases(Csv& csv) {
+// variants: every knob setting; profile: the same, one launch each, uniform routing only.
+void ExpertCases(Csv& csv, bool variants, bool profile) {
+  // One launch when profiling (the time printed is then meaningless), else TimeMs.
+  auto time_ms = [&](const std::function<void()>& call) {
+    if (!profile) return TimeMs(call);
+    call();
+    CHECK(cudaDeviceSynchronize());
+    return 1.0;
+  };
   const int64_t E = 896, K = 16, latent = 3584, ffn = 3072;
   const GgmlType type = GgmlType::kIQ1_S;
   const size_t gate_row = static_cast<size_t>(latent / 256) * 50, down_row = static_cast<size_t>(ffn / 256) * 50;
@@ -300,86 +312,109 @@ void ExpertCases(Csv& csv) {
   void* gemm_ws;
   CHECK(cudaMalloc(&gemm_ws, gemm_ws_bytes));
 
+  // Knob settings timed per routing: the defaults, or (variants) every decode × token tile.
+  struct Knob {
+    const char* tag;
+    bool generic;
+    int32_t tile;
+  };
+  const std::vector<Knob> knobs = variants ? std::vector<Knob>{{" [generic t64]", true, 64},
+                                                               {" [generic t128]", true, 128},
+                                                               {" [f16 t64]", false, 64},
+                                                               {" [f16 t128]", false, 128}}
+                                           : std::vector<Knob>{{"", false, 0}};
   for (int64_t T : kTokens) {
     const std::vector<int32_t> hids = RouteIds(T, K, E, rng);
-    CHECK(cudaMemcpy(ids, hids.data(), hids.size() * 4, cudaMemcpyHostToDevice));
-    std::vector<int64_t> cnt(E, 0);
-    for (int32_t e : hids) ++cnt[e];
-    std::sort(cnt.begin(), cnt.end());
-    int64_t empty = 0;
-    for (int64_t c : cnt) empty += c == 0;
-    std::printf("routing T=%lld: %lld grouped rows; rows per expert min %lld median %lld max %lld, %lld experts empty\n",
-                static_cast<long long>(T), static_cast<long long>(T * K), static_cast<long long>(cnt.front()),
-                static_cast<long long>(cnt[E / 2]), static_cast<long long>(cnt.back()), static_cast<long long>(empty));
+    std::mt19937_64 urng(31 + T);  // its own generator: the log-normal routing stays as before
+    const std::vector<int32_t> uids = RouteIds(T, K, E, urng, 0.0);
+    for (int routing = profile ? 1 : 0; routing < 2; ++routing) {
+      const std::vector<int32_t>& rids = routing == 0 ? hids : uids;
+      const char* const rname = routing == 0 ? "" : " uniform";
+      CHECK(cudaMemcpy(ids, rids.data(), rids.size() * 4, cudaMemcpyHostToDevice));
+      std::vector<int64_t> cnt(E, 0);
+      for (int32_t e : rids) ++cnt[e];
+      std::sort(cnt.begin(), cnt.end());
+      int64_t empty = 0;
+      for (int64_t c : cnt) empty += c == 0;
+      std::printf("routing%s T=%lld: %lld grouped rows; rows per expert min %lld median %lld max %lld, %lld experts empty\n",
+                  rname, static_cast<long long>(T), static_cast<long long>(T * K), static_cast<long long>(cnt.front()),
+                  static_cast<long long>(cnt[E / 2]), static_cast<long long>(cnt.back()), static_cast<long long>(empty));
 
-    k3::cuda::MoeGroupParams gp;
-    gp.ids = ids;
-    gp.n_tokens = T;
-    gp.k = K;
-    gp.n_experts = E;
-    gp.group_offsets = off;
-    gp.x_rows = xrows;
-    gp.slot_of = slot;
-    gp.workspace = ws;
-    const double group_ms = TimeMs([&] { CHECK(k3::cuda::MoeGroupTokens(gp, nullptr)); });
+      k3::cuda::MoeGroupParams gp;
+      gp.ids = ids;
+      gp.n_tokens = T;
+      gp.k = K;
+      gp.n_experts = E;
+      gp.group_offsets = off;
+      gp.x_rows = xrows;
+      gp.slot_of = slot;
+      gp.workspace = ws;
+      const double group_ms = time_ms([&] { CHECK(k3::cuda::MoeGroupTokens(gp, nullptr)); });
 
-    k3::cuda::QuantGemmParams p;
-    p.type = type;
-    p.weight = w;
-    p.mat_stride_bytes = static_cast<int64_t>(mat_bytes);
-    p.n_tokens = T * K;
-    p.n_groups = E;
-    p.group_offsets = off;
-    p.y = y;
-    p.workspace = gemm_ws;
-    p.workspace_bytes = gemm_ws_bytes;
-    // gate/up: 3584 -> 3072, x gathered from the token rows
-    p.rows = ffn;
-    p.cols = latent;
-    p.row_bytes = gate_row;
-    p.x = x;
-    p.x_stride = latent;
-    p.x_rows = xrows;
-    p.x_src_rows = T;
-    p.y_stride = ffn;
-    for (int split = 0; split <= 1; ++split) {
-      p.split_x = split != 0;
-      const double ms = TimeMs([&] { CHECK(k3::cuda::QuantGemm(p, nullptr)); });
-      csv.Row("expert gate 3584->3072 x896", "IQ1_S", ffn, latent, T, T * K, split, ms,
-              k3::cuda::QuantGemmFlops(p, T * K) / (ms * 1e9), 0);
-    }
-    // down: 3072 -> 3584, x = the grouped intermediate itself
-    p.rows = latent;
-    p.cols = ffn;
-    p.row_bytes = down_row;
-    p.x = xd;
-    p.x_stride = ffn;
-    p.x_rows = nullptr;
-    p.y_stride = latent;
-    p.split_x = false;
-    const double ms = TimeMs([&] { CHECK(k3::cuda::QuantGemm(p, nullptr)); });
-    csv.Row("expert down 3072->3584 x896", "IQ1_S", latent, ffn, T, T * K, false, ms,
-            k3::cuda::QuantGemmFlops(p, T * K) / (ms * 1e9), 0);
+      for (const Knob& kn : knobs) {
+        k3::cuda::QuantGemmParams p;
+        p.type = type;
+        p.weight = w;
+        p.mat_stride_bytes = static_cast<int64_t>(mat_bytes);
+        p.n_tokens = T * K;
+        p.n_groups = E;
+        p.group_offsets = off;
+        p.y = y;
+        p.workspace = gemm_ws;
+        p.workspace_bytes = gemm_ws_bytes;
+        p.generic_decode = kn.generic;
+        p.token_tile = kn.tile;
+        // gate/up: 3584 -> 3072, x gathered from the token rows
+        p.rows = ffn;
+        p.cols = latent;
+        p.row_bytes = gate_row;
+        p.x = x;
+        p.x_stride = latent;
+        p.x_rows = xrows;
+        p.x_src_rows = T;
+        p.y_stride = ffn;
+        for (int split = 0; split <= (variants || routing != 0 ? 0 : 1); ++split) {
+          p.split_x = split != 0;
+          const double ms = time_ms([&] { CHECK(k3::cuda::QuantGemm(p, nullptr)); });
+          csv.Row(std::string("expert gate 3584->3072 x896") + rname + kn.tag, "IQ1_S", ffn, latent, T, T * K, split,
+                  ms, k3::cuda::QuantGemmFlops(p, T * K) / (ms * 1e9), 0);
+        }
+        // down: 3072 -> 3584, x = the grouped intermediate itself
+        p.rows = latent;
+        p.cols = ffn;
+        p.row_bytes = down_row;
+        p.x = xd;
+        p.x_stride = ffn;
+        p.x_rows = nullptr;
+        p.y_stride = latent;
+        p.split_x = false;
+        const double ms = time_ms([&] { CHECK(k3::cuda::QuantGemm(p, nullptr)); });
+        csv.Row(std::string("expert down 3072->3584 x896") + rname + kn.tag, "IQ1_S", latent, ffn, T, T * K, false, ms,
+                k3::cuda::QuantGemmFlops(p, T * K) / (ms * 1e9), 0);
+      }
+      if (routing != 0 || variants) continue;
 
-    k3::cuda::MoeCombineParams cp;
-    cp.y = y;
-    cp.y_stride = latent;
-    cp.slot_of = slot;
-    cp.weights = wts;
-    cp.n_tokens = T;
-    cp.k = K;
-    cp.cols = latent;
-    cp.out = out;
-    cp.out_stride = latent;
-    const double combine_ms = TimeMs([&] { CHECK(k3::cuda::MoeCombineGrouped(cp, nullptr)); });
-    const double combine_gbs = (static_cast<double>(T * K) * latent * 4 + static_cast<double>(T) * latent * 4) / (combine_ms * 1e6);
-    std::printf("%-28s T=%-5lld MoeGroupTokens %.1f us | MoeCombineGrouped %.1f us (%.0f GB/s)\n", "moe grouping",
-                static_cast<long long>(T), 1e3 * group_ms, 1e3 * combine_ms, combine_gbs);
-    if (csv.f) {
-      std::fprintf(csv.f, "moe_group_tokens,,0,0,%lld,%lld,0,%.4f,0,0\n", static_cast<long long>(T),
-                   static_cast<long long>(T * K), group_ms);
-      std::fprintf(csv.f, "moe_combine,,0,%lld,%lld,%lld,0,%.4f,0,0\n", static_cast<long long>(latent),
-                   static_cast<long long>(T), static_cast<long long>(T * K), combine_ms);
+      k3::cuda::MoeCombineParams cp;
+      cp.y = y;
+      cp.y_stride = latent;
+      cp.slot_of = slot;
+      cp.weights = wts;
+      cp.n_tokens = T;
+      cp.k = K;
+      cp.cols = latent;
+      cp.out = out;
+      cp.out_stride = latent;
+      const double combine_ms = TimeMs([&] { CHECK(k3::cuda::MoeCombineGrouped(cp, nullptr)); });
+      const double combine_gbs =
+          (static_cast<double>(T * K) * latent * 4 + static_cast<double>(T) * latent * 4) / (combine_ms * 1e6);
+      std::printf("%-28s T=%-5lld MoeGroupTokens %.1f us | MoeCombineGrouped %.1f us (%.0f GB/s)\n", "moe grouping",
+                  static_cast<long long>(T), 1e3 * group_ms, 1e3 * combine_ms, combine_gbs);
+      if (csv.f) {
+        std::fprintf(csv.f, "moe_group_tokens,,0,0,%lld,%lld,0,%.4f,0,0\n", static_cast<long long>(T),
+                     static_cast<long long>(T * K), group_ms);
+        std::fprintf(csv.f, "moe_combine,,0,%lld,%lld,%lld,0,%.4f,0,0\n", static_cast<long long>(latent),
+                     static_cast<long long>(T), static_cast<long long>(T * K), combine_ms);
+      }
     }
   }
   for (void* q : {static_cast<void*>(w), static_cast<void*>(x), static_cast<void*>(xd), static_cast<void*>(y),
@@ -419,7 +454,12 @@ int main(int argc, char** argv) {
     DenseCase("attn_output 12288->7168", GgmlType::kQ8_0, 7168, 12288, false, csv);
     DenseCase("router 7168->896", GgmlType::kF32, 896, 7168, false, csv);
   }
-  if (which == "all" || which == "experts") ExpertCases(csv);
+  if (which == "all" || which == "experts") ExpertCases(csv, false, false);
+  if (which == "variants") ExpertCases(csv, true, false);
+  if (which == "profile") {
+    if (argc <= 3) kTokens = {4096};
+    ExpertCases(csv, true, true);
+  }
   if (csv.f) std::fclose(csv.f);
 #ifdef K3_BENCH_CUBLAS
   cublasDestroy(g_cublas);

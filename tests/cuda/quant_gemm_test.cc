@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <string>
@@ -32,6 +33,7 @@
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/dot.h"
+#include "kernels/quant/half.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/cuda/quant_random.h"
 
@@ -119,22 +121,49 @@ Tol TolFor(GgmlType type, bool split) {
 
 // ---- plain products ----
 
+// The knobs of QuantGemmParams that must not change any result.
+struct Knobs {
+  bool generic_decode = false;
+  int32_t token_tile = 0;
+  std::string Name() const {
+    return std::string(generic_decode ? " generic-decode" : "") +
+           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string());
+  }
+};
+
+// Counts the elements whose bits differ; `zero_sign` those that are +0 against -0.
+struct BitDiff {
+  int64_t differ = 0, zero_sign = 0, first = -1;
+};
+BitDiff CompareBits(const std::vector<float>& a, const std::vector<float>& b) {
+  BitDiff d;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+    uint32_t ua, ub;
+    std::memcpy(&ua, &a[i], 4);
+    std::memcpy(&ub, &b[i], 4);
+    if (ua == ub) continue;
+    if ((ua | ub) == 0x80000000u) {
+      ++d.zero_sign;
+    } else {
+      if (d.first < 0) d.first = static_cast<int64_t>(i);
+      ++d.differ;
+    }
+  }
+  if (a.size() != b.size()) d.differ += 1;
+  return d;
+}
+
 struct PlainCase {
   GgmlType type;
   int64_t rows, cols, n_tokens;
   bool split = false;
+  Knobs knobs = {};
 };
 
-void RunPlain(const PlainCase& c, uint64_t seed) {
-  const std::string what = std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" +
-                           std::to_string(c.rows) + " tokens " + std::to_string(c.n_tokens) + (c.split ? " split" : "");
-  SCOPED_TRACE(what);
-  std::mt19937_64 rng(seed);
-  const size_t row_bytes = RowBytes(c.type, c.cols);
-  const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, rng);
-  const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
-  const std::vector<float> x = Normal(rng, std::max<int64_t>(c.n_tokens, 1) * x_stride, 0.0, 1.0);
-
+// One QuantGemm call on dense inputs: y [n_tokens][y_stride], poisoned with NaN before the call
+// (empty after a failed launch).
+std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w, const std::vector<float>& x,
+                               int64_t x_stride, int64_t y_stride) {
   DeviceBuffer<uint8_t> d_w(w);
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<size_t>(std::max<int64_t>(c.n_tokens, 1) * y_stride));
@@ -144,18 +173,40 @@ void RunPlain(const PlainCase& c, uint64_t seed) {
   p.weight = d_w.get();
   p.rows = c.rows;
   p.cols = c.cols;
-  p.row_bytes = row_bytes;
+  p.row_bytes = RowBytes(c.type, c.cols);
   p.x = d_x.get();
   p.x_stride = x_stride;
   p.y = d_y.get();
   p.y_stride = y_stride;
   p.n_tokens = c.n_tokens;
   p.split_x = c.split;
+  p.generic_decode = c.knobs.generic_decode;
+  p.token_tile = c.knobs.token_tile;
   DeviceBuffer<uint8_t> d_ws(std::max<size_t>(QuantGemmWorkspaceBytes(p), 1));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
-  K3_ASSERT_LAUNCH(QuantGemm(p, nullptr));
-  const std::vector<float> y = d_y.Download();
+  const cudaError_t e = QuantGemm(p, nullptr);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  const cudaError_t done = cudaDeviceSynchronize();
+  EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+  if (e != cudaSuccess || done != cudaSuccess) return {};
+  return d_y.Download();
+}
+
+std::string PlainName(const PlainCase& c) {
+  return std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" + std::to_string(c.rows) +
+         " tokens " + std::to_string(c.n_tokens) + (c.split ? " split" : "") + c.knobs.Name();
+}
+
+void RunPlain(const PlainCase& c, uint64_t seed) {
+  const std::string what = PlainName(c);
+  SCOPED_TRACE(what);
+  std::mt19937_64 rng(seed);
+  const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, rng);
+  const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
+  const std::vector<float> x = Normal(rng, std::max<int64_t>(c.n_tokens, 1) * x_stride, 0.0, 1.0);
+  const std::vector<float> y = LaunchPlain(c, w, x, x_stride, y_stride);
+  if (y.empty()) return;
   const Ref ref = CpuProduct(c.type, w.data(), c.rows, c.cols, x.data(), c.n_tokens, x_stride);
   std::vector<int64_t> at(c.n_tokens);
   std::iota(at.begin(), at.end(), 0);
@@ -247,75 +298,112 @@ struct GroupedCase {
   int64_t n_tokens_bound; // >= offsets.back()
   int64_t n_pool;         // distinct matrices; groups pick one through mat_ids (0: none, matrix g)
   bool split = false;
+  Knobs knobs = {};
 };
 
-void RunGrouped(const GroupedCase& c, uint64_t seed) {
+// Random inputs of a grouped case.
+struct GroupedInputs {
+  size_t mat_stride = 0;
+  int64_t n_mats = 0;
+  std::vector<uint8_t> pool;      // [n_mats][mat_stride]
+  std::vector<int32_t> mat_of;    // [n_groups]
+  int64_t x_stride = 0, y_stride = 0;
+  std::vector<float> x;           // [n_src][x_stride]
+  std::vector<int32_t> x_rows;    // [n_tokens_bound]
+};
+
+GroupedInputs MakeGroupedInputs(const GroupedCase& c, uint64_t seed) {
   const int64_t n_groups = static_cast<int64_t>(c.offsets.size()) - 1;
-  const int64_t total = c.offsets.back();
-  const std::string what = std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" +
-                           std::to_string(c.rows) + " grouped " + std::to_string(n_groups) + " groups, " +
-                           std::to_string(total) + " rows" + (c.split ? " split" : "");
-  SCOPED_TRACE(what);
+  GroupedInputs in;
   std::mt19937_64 rng(seed);
   const size_t row_bytes = RowBytes(c.type, c.cols);
-  const size_t mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
-  const int64_t n_mats = c.n_pool > 0 ? c.n_pool : n_groups;
-  std::vector<uint8_t> pool(mat_stride * n_mats);
-  for (int64_t m = 0; m < n_mats; ++m) {
+  in.mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
+  in.n_mats = c.n_pool > 0 ? c.n_pool : n_groups;
+  in.pool.resize(in.mat_stride * in.n_mats);
+  for (int64_t m = 0; m < in.n_mats; ++m) {
     const auto mat = RandomQuantRows(c.type, c.rows, c.cols, rng);
-    std::copy(mat.begin(), mat.end(), pool.begin() + m * mat_stride);
+    std::copy(mat.begin(), mat.end(), in.pool.begin() + m * in.mat_stride);
   }
-  std::vector<int32_t> mat_of(n_groups);
-  for (int64_t g = 0; g < n_groups; ++g) mat_of[g] = c.n_pool > 0 ? static_cast<int32_t>(rng() % c.n_pool) : g;
-  const int64_t x_stride = c.cols + 8, y_stride = c.rows + 1;
-  const std::vector<float> x = Normal(rng, c.n_src * x_stride, 0.0, 1.0);
-  std::vector<int32_t> x_rows(c.n_tokens_bound, -7);  // entries past the total are never read
-  std::copy(c.x_rows.begin(), c.x_rows.end(), x_rows.begin());
+  in.mat_of.resize(n_groups);
+  for (int64_t g = 0; g < n_groups; ++g) in.mat_of[g] = c.n_pool > 0 ? static_cast<int32_t>(rng() % c.n_pool) : g;
+  in.x_stride = c.cols + 8;
+  in.y_stride = c.rows + 1;
+  in.x = Normal(rng, c.n_src * in.x_stride, 0.0, 1.0);
+  in.x_rows.assign(c.n_tokens_bound, -7);  // entries past the total are never read
+  std::copy(c.x_rows.begin(), c.x_rows.end(), in.x_rows.begin());
+  return in;
+}
 
-  DeviceBuffer<uint8_t> d_w(pool);
-  DeviceBuffer<float> d_x(x);
-  DeviceBuffer<int32_t> d_ids(mat_of), d_off(c.offsets), d_rows(x_rows);
-  DeviceBuffer<float> d_y(static_cast<size_t>(c.n_tokens_bound * y_stride));
+// One grouped QuantGemm call: y [n_tokens_bound][y_stride], poisoned with NaN before the call
+// (empty after a failed launch).
+std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in) {
+  DeviceBuffer<uint8_t> d_w(in.pool);
+  DeviceBuffer<float> d_x(in.x);
+  DeviceBuffer<int32_t> d_ids(in.mat_of), d_off(c.offsets), d_rows(in.x_rows);
+  DeviceBuffer<float> d_y(static_cast<size_t>(c.n_tokens_bound * in.y_stride));
   d_y.Poison();
   QuantGemmParams p;
   p.type = c.type;
   p.weight = d_w.get();
   p.rows = c.rows;
   p.cols = c.cols;
-  p.row_bytes = row_bytes;
-  p.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  p.row_bytes = RowBytes(c.type, c.cols);
+  p.mat_stride_bytes = static_cast<int64_t>(in.mat_stride);
   p.mat_ids = c.n_pool > 0 ? d_ids.get() : nullptr;
   p.x = d_x.get();
-  p.x_stride = x_stride;
+  p.x_stride = in.x_stride;
   p.x_rows = d_rows.get();
   p.y = d_y.get();
-  p.y_stride = y_stride;
+  p.y_stride = in.y_stride;
   p.n_tokens = c.n_tokens_bound;
-  p.n_groups = n_groups;
+  p.n_groups = static_cast<int64_t>(c.offsets.size()) - 1;
   p.group_offsets = d_off.get();
   p.split_x = c.split;
   p.x_src_rows = c.n_src;
+  p.generic_decode = c.knobs.generic_decode;
+  p.token_tile = c.knobs.token_tile;
   DeviceBuffer<uint8_t> d_ws(QuantGemmWorkspaceBytes(p));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
-  K3_ASSERT_LAUNCH(QuantGemm(p, nullptr));
-  const std::vector<float> y = d_y.Download();
+  const cudaError_t e = QuantGemm(p, nullptr);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  const cudaError_t done = cudaDeviceSynchronize();
+  EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+  if (e != cudaSuccess || done != cudaSuccess) return {};
+  return d_y.Download();
+}
+
+std::string GroupedName(const GroupedCase& c) {
+  return std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" + std::to_string(c.rows) +
+         " grouped " + std::to_string(c.offsets.size() - 1) + " groups, " + std::to_string(c.offsets.back()) +
+         " rows" + (c.split ? " split" : "") + c.knobs.Name();
+}
+
+void RunGrouped(const GroupedCase& c, uint64_t seed) {
+  const int64_t n_groups = static_cast<int64_t>(c.offsets.size()) - 1;
+  const int64_t total = c.offsets.back();
+  const std::string what = GroupedName(c);
+  SCOPED_TRACE(what);
+  const GroupedInputs in = MakeGroupedInputs(c, seed);
+  const std::vector<float> y = LaunchGrouped(c, in);
+  if (y.empty()) return;
+  const int64_t y_stride = in.y_stride;
 
   // Per distinct matrix: gather the rows of every group using it, one CPU product.
-  std::vector<std::vector<int64_t>> rows_of(n_mats);
+  std::vector<std::vector<int64_t>> rows_of(in.n_mats);
   for (int64_t g = 0; g < n_groups; ++g) {
-    for (int64_t q = c.offsets[g]; q < c.offsets[g + 1]; ++q) rows_of[mat_of[g]].push_back(q);
+    for (int64_t q = c.offsets[g]; q < c.offsets[g + 1]; ++q) rows_of[in.mat_of[g]].push_back(q);
   }
   const Tol tol = TolFor(c.type, c.split);
-  for (int64_t m = 0; m < n_mats; ++m) {
+  for (int64_t m = 0; m < in.n_mats; ++m) {
     const auto& at = rows_of[m];
     if (at.empty()) continue;
     std::vector<float> xg(at.size() * c.cols, 0.0f);
     for (size_t i = 0; i < at.size(); ++i) {
-      const int32_t src = x_rows[at[i]];
-      if (src >= 0) std::copy(&x[src * x_stride], &x[src * x_stride] + c.cols, &xg[i * c.cols]);
+      const int32_t src = in.x_rows[at[i]];
+      if (src >= 0) std::copy(&in.x[src * in.x_stride], &in.x[src * in.x_stride] + c.cols, &xg[i * c.cols]);
     }
-    const Ref ref = CpuProduct(c.type, pool.data() + m * mat_stride, c.rows, c.cols, xg.data(),
+    const Ref ref = CpuProduct(c.type, in.pool.data() + m * in.mat_stride, c.rows, c.cols, xg.data(),
                                static_cast<int64_t>(at.size()), c.cols);
     EXPECT_TRUE(CheckRows(y, y_stride, at, ref, c.rows, tol, what + " matrix " + std::to_string(m)));
   }
@@ -363,6 +451,11 @@ TEST(QuantGemmTest, GroupedEdgeCases) {
     for (bool split : {false, true}) {
       RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, split}, ++seed);
     }
+    if (type == GgmlType::kIQ1_S) {  // the other decode and both token tiles
+      for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{false, 128}, Knobs{true, 128}}) {
+        RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, false, k}, ++seed);
+      }
+    }
   }
 }
 
@@ -379,6 +472,129 @@ TEST(QuantGemmTest, GroupedK3ExpertsIQ1S) {
   // T = 4096 on 64 experts (~1000 rows per expert): long groups, many tiles each.
   RandomRouting(4096, 2, 64, 0.05, rng, off, xr);
   RunGrouped({GgmlType::kIQ1_S, 512, 3584, 4096, off, xr, 4096 * 2 + 5, 8, false}, 24);
+}
+
+// IQ1_S's f16 decode against the f16 rounding of the CPU decoder's weights, value for value, and
+// against the generic decode bit for bit: every finite f16 scale d (63488), each over two rows
+// that give it all eight K = 2·ls + 1 with both signs of δ, random grid indices (one block per
+// row). x is the identity (token t = e_t), so y[t][r] = f16(W[r][t]) exactly: subnormal and
+// underflowing weights included. Rows with a weight past the f16 range (|d|·K·9/8 >= 65520) hold
+// inf, so their outputs are NaN (inf·0); there only the two decodes are compared.
+TEST(QuantGemmTest, Iq1sF16DecodeIsExactForEveryScale) {
+  K3_REQUIRE_GPU();
+  constexpr int64_t kCols = 256, kScales = 63488, kRows = 2 * kScales, kBlock = 50;
+  std::mt19937_64 rng(41);
+  std::vector<uint8_t> w = RandomQuantRows(GgmlType::kIQ1_S, kRows, kCols, rng);
+  int64_t n = 0;
+  for (uint32_t bits = 0; bits < 0x10000u; ++bits) {
+    if ((bits & 0x7c00u) == 0x7c00u) continue;  // inf, NaN: outside QuantGemm's contract
+    for (int64_t half = 0; half < 2; ++half) {
+      uint8_t* const blk = w.data() + (2 * n + half) * kBlock;
+      const auto d = static_cast<uint16_t>(bits);
+      std::memcpy(blk, &d, 2);
+      for (int ib = 0; ib < 8; ++ib) {
+        uint16_t qh;
+        std::memcpy(&qh, blk + 34 + 2 * ib, 2);
+        qh = static_cast<uint16_t>((qh & 0x0fffu) | (ib << 12) | (((ib + half) & 1) << 15));
+        std::memcpy(blk + 34 + 2 * ib, &qh, 2);
+      }
+    }
+    ++n;
+  }
+  ASSERT_EQ(n, kScales);
+  std::vector<float> x(kCols * kCols, 0.0f);
+  for (int64_t t = 0; t < kCols; ++t) x[t * kCols + t] = 1.0f;
+  PlainCase c{GgmlType::kIQ1_S, kRows, kCols, kCols};
+  const std::vector<float> y_f16 = LaunchPlain(c, w, x, kCols, kRows);
+  c.knobs.generic_decode = true;
+  const std::vector<float> y_gen = LaunchPlain(c, w, x, kCols, kRows);
+  ASSERT_FALSE(y_f16.empty() || y_gen.empty());
+
+  const BitDiff d = CompareBits(y_f16, y_gen);
+  EXPECT_EQ(d.differ, 0) << "f16 and generic decode differ, first at seq row " << d.first / kRows << " out "
+                         << d.first % kRows;
+  // Against the CPU: values (the sums start from +0, so a zero weight gives +0 either way). A
+  // subnormal f16 weight that comes out 0 would be the tensor cores flushing it (both decodes
+  // alike), which is counted apart; any other difference is an error.
+  int64_t bad[2] = {0, 0}, flushed[2] = {0, 0};
+  int64_t overflow_rows = 0, subnormal = 0, underflow = 0;
+  std::vector<float> row(kCols);
+  std::vector<uint16_t> want(kCols);
+  for (int64_t r = 0; r < kRows; ++r) {
+    quant::DequantizeRow(GgmlType::kIQ1_S, w.data() + r * kBlock, row.data(), kCols);
+    bool overflow = false;
+    for (int64_t t = 0; t < kCols; ++t) {
+      const uint16_t h = quant::F32ToF16(row[t]);
+      overflow |= (h & 0x7c00u) == 0x7c00u;
+      subnormal += (h & 0x7c00u) == 0 && (h & 0x3ffu) != 0;
+      underflow += (h & 0x7fffu) == 0 && row[t] != 0.0f;
+      want[t] = h;
+    }
+    if (overflow) {
+      ++overflow_rows;
+      continue;
+    }
+    for (int64_t t = 0; t < kCols; ++t) {
+      const float v = quant::F16ToF32(want[t]);
+      const bool sub = (want[t] & 0x7c00u) == 0 && (want[t] & 0x3ffu) != 0;
+      for (int i = 0; i < 2; ++i) {
+        const float got = (i == 0 ? y_f16 : y_gen)[t * kRows + r];
+        if (got == v) continue;
+        if (sub && got == 0.0f) {
+          ++flushed[i];
+        } else {
+          ++bad[i];
+        }
+      }
+    }
+  }
+  std::printf("  [iq1s f16 decode] %lld rows (%lld with f16 overflow), %lld subnormal and %lld underflowing "
+              "weights; outputs differing from the generic decode only in the sign of zero: %lld; subnormal "
+              "weights read as 0: %lld (f16 decode), %lld (generic)\n",
+              static_cast<long long>(kRows), static_cast<long long>(overflow_rows), static_cast<long long>(subnormal),
+              static_cast<long long>(underflow), static_cast<long long>(d.zero_sign),
+              static_cast<long long>(flushed[0]), static_cast<long long>(flushed[1]));
+  EXPECT_EQ(bad[0], 0) << "f16 decode: outputs differ from f16(CPU weight)";
+  EXPECT_EQ(bad[1], 0) << "generic decode: outputs differ from f16(CPU weight)";
+  EXPECT_EQ(flushed[0], flushed[1]);
+  EXPECT_GT(overflow_rows, 0);
+  EXPECT_GT(subnormal, 0);
+  EXPECT_GT(underflow, 0);
+}
+
+// Both IQ1_S decodes and both token tiles give the same outputs bit for bit (with split_x too):
+// grouped experts at the K3 width with 73 rows per group on average (a 4096-token prefill's
+// top-16 of 896) but uneven (groups of 0 to hundreds of rows), and a plain product with a
+// partial row tile and a partial last token tile.
+TEST(QuantGemmTest, Iq1sDecodesAndTilesAgreeBitForBit) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(51);
+  std::vector<int32_t> off, xr;
+  RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
+  GroupedCase g{GgmlType::kIQ1_S, 512, 3584, 1024, off, xr, 1024 * 16 + 3, 16, false};
+  const GroupedInputs in = MakeGroupedInputs(g, 52);
+  for (bool split : {false, true}) {
+    g.split = split;
+    g.knobs = {};
+    const std::vector<float> want = LaunchGrouped(g, in);
+    for (Knobs k : {Knobs{true, 64}, Knobs{true, 128}, Knobs{false, 64}, Knobs{false, 128}}) {
+      g.knobs = k;
+      const BitDiff d = CompareBits(LaunchGrouped(g, in), want);
+      EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0)
+          << GroupedName(g) << ": " << d.differ << " outputs differ (first at " << d.first << "), " << d.zero_sign
+          << " in the sign of zero";
+    }
+  }
+  PlainCase c{GgmlType::kIQ1_S, 4168, 512, 1100};
+  std::mt19937_64 prng(53);
+  const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, prng);
+  const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
+  const std::vector<float> want = LaunchPlain(c, w, x, c.cols, c.rows);
+  for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{true, 64}}) {
+    c.knobs = k;
+    const BitDiff d = CompareBits(LaunchPlain(c, w, x, c.cols, c.rows), want);
+    EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0) << PlainName(c) << ": " << d.differ << " outputs differ";
+  }
 }
 
 TEST(QuantGemmTest, GraphCaptureAndReplay) {
@@ -474,6 +690,9 @@ TEST(QuantGemmTest, RejectsBadArguments) {
   bad.n_groups = 3;
   bad.group_offsets = off.get();
   bad.mat_stride_bytes = 8;  // not a multiple of 16, and smaller than a matrix
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
+  bad.token_tile = 32;  // 0, 64 or 128
   EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
   bad = p;
   bad.y = nullptr;

@@ -3,16 +3,18 @@
 //
 // A pre-pass (quant_gemm.cu) rounds the activations once to f16 into the caller's workspace
 // (split_x: a second plane, lo = f16((x - hi)·2^11)). Then a block (8 warps) owns kBM = 128
-// output rows × BN sequence rows ("tokens"; 128 for plain products, 64 for grouped experts) and
-// walks K in steps of kBK = 64 elements:
+// output rows × BN sequence rows ("tokens"; 128 for plain products and grouped experts with long
+// groups, 64 for short groups) and walks K in steps of kBK = 64 elements:
 //   raw:    the rows' quant blocks are streamed global -> shared with 16-byte cp.async in chunks
 //           of whole blocks (64 elements, or one 256-element super-block);
 //   x:      the step's f16 activation rows (gathered through x_rows) likewise, straight into the
 //           step's X tile, kDist steps ahead;
 //   decode: each thread decodes runs of 8 weights (Fmt::Decode8: w = a·v + b in f32, the CPU
-//           decoder's exact value), rounds them to f16 and stores them to the step's W tile;
+//           decoder's exact value), rounds them to f16 and stores them to the step's W tile
+//           (Q8_0 and IQ1_S compute the same f16 values with f16 arithmetic: DecodeRuns4F16);
 //   mma:    warps (2×4 or 4×2) multiply the f16 tiles with ldmatrix + mma.sync m16n8k16,
-//           accumulating in f32 registers for the whole K.
+//           accumulating in f32 registers for the whole K (a warp whose token columns are all
+//           past the tile's rows skips them: a grouped tile is often mostly empty).
 // One cp.async group per step and one __syncthreads per step: the W tile is double-buffered
 // (decode step s+1 while multiplying step s), X tiles and raw chunks are rings deep enough for
 // the prefetch distance. Rows past `rows` are zero in the W tile; tokens past the tile's end and
@@ -34,8 +36,8 @@ using qgemv::IqTables;
 inline constexpr int kBM = 128;         // weight rows per block
 inline constexpr int kBK = 64;          // K elements per step
 inline constexpr int kLd = kBK + 8;     // halfs per tile row: 144 bytes, ldmatrix/STS conflict-free
-inline constexpr int kTokensPlain = 128;    // BN of plain products
-inline constexpr int kTokensGrouped = 64;   // BN of grouped (expert) products
+inline constexpr int kTokensPlain = 128;    // BN of plain products, and of grouped ones with long groups
+inline constexpr int kTokensGrouped = 64;   // BN of grouped (expert) products with short groups
 inline constexpr int kBandPlain = 32;   // row tiles per band of the plain tile order (L2 reuse)
 inline constexpr float kLoScale = 2048.0f;  // split_x: the residual x - f16(x) is stored times 2^11
 
@@ -215,13 +217,89 @@ __device__ __forceinline__ uint4 DecodeRunF16(const uint8_t* p, int sub, const I
   return out;
 }
 
+// ---- IQ1_S in f16 arithmetic -------------------------------------------------------------------
+
+// Formats with an f16 decode beside the generic one, selectable per launch (kFast) so tests and
+// benchmarks can compare the two. (Q8_0's f16 path in DecodeRunF16 is unconditional.)
+template <class F>
+inline constexpr bool kHasFastDecode = F::kType == quant::GgmlType::kIQ1_S;
+
+// IQ1_S weight = d·K·(g + δ): d the block's f16 scale, K = 2·ls + 1 in 1..15, δ = ±1/8,
+// g in {-1, 0, 1}. k = K·(g + δ) = (8·K·g ± K)/8 has at most 8 significant bits, so
+// HFMA2(g, K, K·δ) is exact; d·k has at most 11 + 8 bits and lies within f32's normal range, so
+// the generic decode (f32 d·K·(g + δ), exact, then one rounding to f16) and HMUL2(d, k) (one
+// round-to-nearest-even of the same exact product, f16 subnormals and overflow to inf included)
+// give the same f16 for every finite d. Only d = ±0 may differ, in the sign of a zero weight,
+// which no output sees (w·x = ±0 for finite x, and the sums start from +0).
+// The grid is staged with each byte -1 / 0 / +1 replaced by the high byte of f16 -1 / 0 / +1
+// (0xBC / 0x00 / 0x3C), so one PRMT with zero low bytes makes a pair of f16 g's: per pair PRMT +
+// HFMA2 + HMUL2, against ~5 f32 instructions per weight in the generic decode.
+__device__ __forceinline__ IqTables StageIq1sF16Grid(uint8_t* smem) {
+  constexpr qgemv::TableLayout L = qgemv::MakeLayout(qgemv::kTabIq1s);
+  const uint2* const src = reinterpret_cast<const uint2*>(iqdev::kIq1sGrid);
+  uint2* const dst = reinterpret_cast<uint2*>(smem + L.iq1s);
+  auto f16_high = [](uint32_t w) { return (w & 0x01010101u) * 0x3Cu | (w & 0x80808080u); };  // no carries
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) {
+    const uint2 g = src[i];
+    dst[i] = make_uint2(f16_high(g.x), f16_high(g.y));
+  }
+  IqTables t;
+  t.iq1s = reinterpret_cast<const uint64_t*>(smem + L.iq1s);
+  return t;
+}
+
+__device__ __forceinline__ __half2 AsHalf2(uint32_t u) { return *reinterpret_cast<const __half2*>(&u); }
+__device__ __forceinline__ uint32_t AsU32(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
+// The kernel's shared tables: the format's (decode.cuh), or the f16 IQ1_S grid.
+template <class F, bool kFast>
+__device__ __forceinline__ IqTables StageGemmTables(uint8_t* smem) {
+  if constexpr (kFast && F::kType == quant::GgmlType::kIQ1_S) {
+    return StageIq1sF16Grid(smem);
+  } else {
+    return qgemv::StageTables<F::kTables>(smem);
+  }
+}
+
+// The one decode dispatch of the kernel: the 32 weights [e0, e0 + 32) of a row's chunk (`row`
+// points at the chunk's first block; e0 a multiple of 32) as 4 runs of packed f16 pairs.
+template <class F, bool kFast>
+__device__ __forceinline__ void DecodeRuns4F16(const uint8_t* row, int e0, const IqTables& tab, uint4 (&h)[4]) {
+  constexpr int BE = F::kBlockElems, BB = F::kBlockBytes;
+  if constexpr (kFast && F::kType == quant::GgmlType::kIQ1_S) {
+    // The 32 weights are group ib of one block: one d, qh, K and δ for the four runs.
+    const uint8_t* const blk = row + (e0 / BE) * BB;
+    const int ib = (e0 % BE) / 32;
+    const uint32_t qh = qgemv::Ld16(blk + 34 + 2 * ib);
+    const uint32_t qs = qgemv::Ld32(blk + 2 + 4 * ib);  // the runs' low index bytes
+    const __half2 d2 = AsHalf2(qgemv::Ld16(blk) * 0x10001u);
+    const __half2 k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
+    const __half2 kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));   // K·(±1/8), exact
+    const uint2* const grid = reinterpret_cast<const uint2*>(tab.iq1s);
+    auto pair = [&](uint32_t w, uint32_t sel) {  // bytes 4 of `sel` read the zero word
+      return AsU32(__hmul2(__hfma2(AsHalf2(__byte_perm(w, 0u, sel)), k2, kd2), d2));
+    };
+#pragma unroll
+    for (int l = 0; l < 4; ++l) {
+      const uint2 g = grid[((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8)];
+      h[l] = make_uint4(pair(g.x, 0x1404u), pair(g.x, 0x3424u), pair(g.y, 0x1404u), pair(g.y, 0x3424u));
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const int e = e0 + 8 * k;
+      h[k] = DecodeRunF16<F>(row + (e / BE) * BB, (e % BE) / 8, tab);
+    }
+  }
+}
+
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <class F, int BN, bool kSplit>
+template <class F, int BN, bool kSplit, bool kFast>
 __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::kMinBlocks)
     QuantGemmKernel(const Args a) {
   using G = Geo<F>;
-  constexpr int BE = F::kBlockElems, BB = F::kBlockBytes;
+  constexpr int BB = F::kBlockBytes;
   constexpr int kWarpsN = Tile<BN, kSplit>::kWarpsN, kWarpsM = Tile<BN, kSplit>::kWarpsM;
   constexpr int kThreads = Tile<BN, kSplit>::kThreads, kWarps = kThreads / 32;
   constexpr int WM = kBM / kWarpsM;             // rows per warp: 64 or 32
@@ -294,7 +372,7 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 
   // ---- shared memory ----
   IqTables tab;
-  if constexpr (F::kTables != 0) tab = qgemv::StageTables<F::kTables>(smem);
+  if constexpr (F::kTables != 0) tab = StageGemmTables<F, kFast>(smem);
   uint8_t* const raw = smem + a.table_bytes;                                // [NSR][kBM][kRegion]
   __half* const ws = reinterpret_cast<__half*>(raw + NSR * kBM * G::kRegion);  // [2][kBM][kLd]
   __half* const xs = ws + 2 * kBM * kLd;                                   // [NSX][halves][BN][kLd]
@@ -353,12 +431,7 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
       for (int k = 0; k < 4; ++k) h[k] = make_uint4(0, 0, 0, 0);
       if (drow < n_rows && s * kBK + 32 * dhalf < a.cols) {
         const int mis = (drow_mis[u] + c * G::kChunkBytes) & 15;
-        const uint8_t* const row = stage + drow * G::kRegion + mis;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          const int e = e0 + 8 * k;
-          h[k] = DecodeRunF16<F>(row + (e / BE) * BB, (e % BE) / 8, tab);
-        }
+        DecodeRuns4F16<F, kFast>(stage + drow * G::kRegion + mis, e0, tab, h);
       }
       uint4* const dst = reinterpret_cast<uint4*>(ws + (buf * kBM + drow) * kLd + 32 * dhalf);
 #pragma unroll
@@ -420,6 +493,11 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
   // (n8-15,k8-15): regs 0,1 = b0,b1 of n-tile 0, regs 2,3 of n-tile 1.
   const int a_row = wm * WM + (lane & 7) + 8 * ((lane >> 3) & 1), a_col = 8 * (lane >> 4);
   const int b_row = wn * WN + (lane & 7) + 8 * (lane >> 4), b_col = 8 * ((lane >> 3) & 1);
+  // A warp whose 32 token columns are all past the tile's rows skips the multiplications (a
+  // grouped tile is often mostly empty: 73 rows fill 3 of a 128-token tile's 4 warp columns).
+  // (Skipping per 16 tokens inside a warp as well made ptxas spill in the IQ2 kernels of 128
+  // tokens, at the 128-register bound of two blocks per SM.)
+  const bool warp_has_tokens = wn * WN < n_tok;
   auto mma_step = [&](int s, int k_valid) {
     const __half* const wt = ws + (s & 1) * kBM * kLd;
     const __half* const xt = xs + (s % NSX) * kXHalves * BN * kLd;
@@ -473,7 +551,7 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
     CpAsyncWait<D - 1>();
     __syncthreads();
     issue_group(s);
-    mma_step(s, a.cols - s * kBK);
+    if (warp_has_tokens) mma_step(s, a.cols - s * kBK);
     if (s + 1 < a.n_steps) decode_step(s + 1, (s + 1) & 1);
   }
   CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit (empty groups)
@@ -501,28 +579,39 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 // work: safe before or during graph capture. Defined in quant_gemm.cu.
 cudaError_t PrepareGemmKernel(const void* kernel, int smem_bytes);
 
-template <class F, int BN, bool kSplit>
+template <class F, int BN, bool kSplit, bool kFast>
 cudaError_t LaunchGemm(const Args& a, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&QuantGemmKernel<F, BN, kSplit>);
+  const void* kernel = reinterpret_cast<const void*>(&QuantGemmKernel<F, BN, kSplit, kFast>);
   const int smem = SmemBytes<F, BN>(a.table_bytes, kSplit);
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
   const int64_t blocks = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
-  QuantGemmKernel<F, BN, kSplit><<<static_cast<unsigned>(blocks), Tile<BN, kSplit>::kThreads, smem, stream>>>(a);
+  QuantGemmKernel<F, BN, kSplit, kFast><<<static_cast<unsigned>(blocks), Tile<BN, kSplit>::kThreads, smem, stream>>>(a);
   return cudaGetLastError();
 }
 
 // Dispatch over the token tile (kTokensPlain | kTokensGrouped; a.token_tiles must match) × split_x.
-template <class F>
-cudaError_t LaunchGemmFormat(const Args& a, bool small_tiles, bool split, cudaStream_t stream) {
+template <class F, bool kFast>
+cudaError_t LaunchGemmTiles(const Args& a, bool small_tiles, bool split, cudaStream_t stream) {
   if (small_tiles) {
-    return split ? LaunchGemm<F, kTokensGrouped, true>(a, stream) : LaunchGemm<F, kTokensGrouped, false>(a, stream);
+    return split ? LaunchGemm<F, kTokensGrouped, true, kFast>(a, stream)
+                 : LaunchGemm<F, kTokensGrouped, false, kFast>(a, stream);
   }
-  return split ? LaunchGemm<F, kTokensPlain, true>(a, stream) : LaunchGemm<F, kTokensPlain, false>(a, stream);
+  return split ? LaunchGemm<F, kTokensPlain, true, kFast>(a, stream) : LaunchGemm<F, kTokensPlain, false, kFast>(a, stream);
 }
 
-using GemmLaunchFn = cudaError_t (*)(const Args&, bool, bool, cudaStream_t);
+// ... × the decode: the format's f16 one unless `generic_decode` (formats without one: generic).
+template <class F>
+cudaError_t LaunchGemmFormat(const Args& a, bool small_tiles, bool split, bool generic_decode, cudaStream_t stream) {
+  if constexpr (kHasFastDecode<F>) {
+    if (!generic_decode) return LaunchGemmTiles<F, true>(a, small_tiles, split, stream);
+  }
+  return LaunchGemmTiles<F, false>(a, small_tiles, split, stream);
+}
 
-#define K3_GEMM_DECLARE(NAME) cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, cudaStream_t stream);
+using GemmLaunchFn = cudaError_t (*)(const Args&, bool, bool, bool, cudaStream_t);
+
+#define K3_GEMM_DECLARE(NAME) \
+  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, bool generic_decode, cudaStream_t stream);
 K3_GEMM_DECLARE(F32)
 K3_GEMM_DECLARE(F16)
 K3_GEMM_DECLARE(BF16)
@@ -545,9 +634,9 @@ K3_GEMM_DECLARE(IQ1_M)
 K3_GEMM_DECLARE(IQ4_XS)
 #undef K3_GEMM_DECLARE
 
-#define K3_GEMM_DEFINE(NAME)                                                                       \
-  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, cudaStream_t stream) { \
-    return LaunchGemmFormat<qgemv::Fmt##NAME>(a, small_tiles, split, stream);                       \
+#define K3_GEMM_DEFINE(NAME)                                                                                       \
+  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, bool generic_decode, cudaStream_t stream) { \
+    return LaunchGemmFormat<qgemv::Fmt##NAME>(a, small_tiles, split, generic_decode, stream);                         \
   }
 
 }  // namespace k3::cuda::qgemm

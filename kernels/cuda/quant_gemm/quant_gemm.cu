@@ -140,16 +140,24 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   }
   if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.y_stride < p.rows) return cudaErrorInvalidValue;
   if (p.x_rows != nullptr && (p.x_src_rows < 1 || p.x_src_rows > 0x7fffffff)) return cudaErrorInvalidValue;
+  if (p.token_tile != 0 && p.token_tile != kTokensGrouped && p.token_tile != kTokensPlain) return cudaErrorInvalidValue;
   if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
   if (p.workspace == nullptr || p.workspace_bytes < QuantGemmWorkspaceBytes(p)) return cudaErrorInvalidValue;
   if ((reinterpret_cast<uintptr_t>(p.workspace) & 255u) != 0) return cudaErrorMisalignedAddress;
 
   const bool grouped = p.group_offsets != nullptr;
   const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
-  // Token tiles of 64 for grouped products (short groups), 128 for plain ones. (64 for plain
-  // grids below one wave was measured slower: attn_output T=512 157 -> 119 TFLOP/s, the router
-  // at T=4096 70 -> 40: the 128-token block amortizes its decode over twice the tokens.)
-  const bool small_tiles = grouped;
+  // Token tiles of 128 for plain products. (64 for plain grids below one wave was measured slower:
+  // attn_output T=512 157 -> 119 TFLOP/s, the router at T=4096 70 -> 40: the 128-token block
+  // amortizes its decode over twice the tokens.) Grouped: 64 while the average group (n_tokens /
+  // n_groups: only a bound, the offsets are on the device) is short, 128 from kGroupedWideRows
+  // on: a group of 65..128 rows then takes one decode of its weights instead of two. Measured
+  // (H200, IQ1_S 896 experts, 3584 -> 3072): 37 rows on average, 64 faster by 4% (uneven
+  // groups) to 19% (uniform); 73 rows, 128 faster by 12% to 35%; the crossover is estimated
+  // between ~48 (uneven) and ~58 (uniform: groups past 64 rows become common).
+  constexpr int64_t kGroupedWideRows = 56;
+  const bool small_tiles = p.token_tile != 0 ? p.token_tile == kTokensGrouped
+                                             : grouped && p.n_tokens < kGroupedWideRows * p.n_groups;
   const int64_t bn = small_tiles ? kTokensGrouped : kTokensPlain;
   Args a{};
   a.w = static_cast<const uint8_t*>(p.weight);
@@ -190,7 +198,7 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   XToHalfKernel<<<dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)), kConvThreads, 0, stream>>>(
       p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl);
   K3_CUDA_CHECK(cudaGetLastError());
-  K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, stream));
+  K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }
 

@@ -61,6 +61,13 @@ struct QuantGemmParams {
   void* workspace = nullptr;          // device scratch, 256-byte aligned, >= QuantGemmWorkspaceBytes(*this)
                                       // bytes: the f16 copy of x (rounded once, read by every row tile)
   size_t workspace_bytes = 0;         // its size
+  // Knobs for tests and benchmarks; every setting gives the same results, bit for bit.
+  bool generic_decode = false;        // decode IQ1_S weights with the generic f32 decoder instead of
+                                      // its f16 path (the same f16 values: see gemm_impl.cuh)
+  int32_t token_tile = 0;             // tokens per block: 64 or 128, or 0 = chosen from the shape
+                                      // (grouped: 128 once n_tokens / n_groups >= 56; that is the
+                                      // bound, so a caller that knows the groups to be shorter, as
+                                      // with experts spread over ranks, may set 64)
 };
 
 // Scratch QuantGemm needs for `p` (type, cols, n_tokens, x_rows, x_src_rows, split_x matter):
