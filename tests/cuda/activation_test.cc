@@ -1,5 +1,6 @@
 // Situ, SigmoidGateMul and Sigmoid against kernels/cpu/activation.h at the K3 FFN widths.
 // Tolerance 2e-6 relative + 1e-7 absolute (tanhf/expf vs libm, a few ulp).
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -47,6 +48,35 @@ TEST(CudaActivationTest, SituInPlace) {
   std::vector<double> ref(n);
   for (int64_t i = 0; i < n; ++i) ref[i] = cpu::Situ(g[i], u[i], 4.0f, 25.0f);
   EXPECT_TRUE(AllClose(out, ref, 2e-6, 1e-7));
+}
+
+// More rows than a grid's y dimension holds (65535): the expert rows of a 4096-token prefill chunk
+// (4096 x top-16 = 65536), here 70001 narrow rows; every row written, the padding untouched.
+TEST(CudaActivationTest, SituAndGateMulPastGridRows) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(8);
+  const int64_t T = 70001, width = 40, st = 44;
+  const auto g = Normal(rng, T * st, 0.0, 6.0), u = Normal(rng, T * st, 0.0, 40.0);
+  DeviceBuffer<float> dg(g), du(u), dout(T * st);
+  dout.Poison();
+  K3_ASSERT_LAUNCH(Situ({dg.get(), du.get(), dout.get(), T, width, st, st, st, 4.0f, 25.0f}, nullptr));
+  K3_ASSERT_LAUNCH(SigmoidGateMul({dg.get(), du.get(), T, width, st, st}, nullptr));
+  const auto out = dout.Download(), gated = dg.Download();
+  std::vector<float> got, got_gated;
+  std::vector<double> ref, ref_gated;
+  int64_t pad_written = 0;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t i = 0; i < width; ++i) {
+      got.push_back(out[t * st + i]);
+      ref.push_back(cpu::Situ(g[t * st + i], u[t * st + i], 4.0f, 25.0f));
+      got_gated.push_back(gated[t * st + i]);
+      ref_gated.push_back(g[t * st + i] * cpu::Sigmoid(u[t * st + i]));
+    }
+    for (int64_t i = width; i < st; ++i) pad_written += !std::isnan(out[t * st + i]);
+  }
+  EXPECT_TRUE(AllClose(got, ref, 2e-6, 1e-7));
+  EXPECT_TRUE(AllClose(got_gated, ref_gated, 2e-6, 1e-7));
+  EXPECT_EQ(pad_written, 0);
 }
 
 TEST(CudaActivationTest, SigmoidGateMulAndSigmoid) {

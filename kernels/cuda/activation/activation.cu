@@ -10,22 +10,28 @@ using detail::SigmoidF;
 
 constexpr int kThreads = 256;
 
-// Grid: (column blocks, rows). Accurate tanhf/expf: the CPU reference uses libm.
+// Grid: (column blocks, min(rows, kMaxGridRows)), rows strided by gridDim.y (a prefill chunk of
+// 4096 tokens has 65536 expert rows, past the grid's y limit). Accurate tanhf/expf: the CPU
+// reference uses libm.
+constexpr int64_t kMaxGridRows = 65535;
+
 __global__ void SituKernel(const SituParams p) {
-  const int64_t t = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.width) return;
-  const float g = p.g[t * p.g_stride + i], u = p.u[t * p.u_stride + i];
-  const float a = p.beta * tanhf(g / p.beta) * SigmoidF(g);
-  const float b = p.lambda > 0.0f ? p.lambda * tanhf(u / p.lambda) : u;
-  p.out[t * p.out_stride + i] = a * b;
+  for (int64_t t = blockIdx.y; t < p.n_tokens; t += gridDim.y) {
+    const float g = p.g[t * p.g_stride + i], u = p.u[t * p.u_stride + i];
+    const float a = p.beta * tanhf(g / p.beta) * SigmoidF(g);
+    const float b = p.lambda > 0.0f ? p.lambda * tanhf(u / p.lambda) : u;
+    p.out[t * p.out_stride + i] = a * b;
+  }
 }
 
 __global__ void GateMulKernel(const SigmoidGateMulParams p) {
-  const int64_t t = blockIdx.y;
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.width) return;
-  p.x[t * p.x_stride + i] *= SigmoidF(p.gate[t * p.gate_stride + i]);
+  for (int64_t t = blockIdx.y; t < p.n_tokens; t += gridDim.y) {
+    p.x[t * p.x_stride + i] *= SigmoidF(p.gate[t * p.gate_stride + i]);
+  }
 }
 
 __global__ void SigmoidKernel(const float* x, float* y, int64_t n) {
@@ -33,34 +39,35 @@ __global__ void SigmoidKernel(const float* x, float* y, int64_t n) {
   if (i < n) y[i] = SigmoidF(x[i]);
 }
 
-bool GridOk(int64_t width, int64_t rows) {
-  return detail::CeilDiv(width, kThreads) <= 0x7fffffff && rows <= 65535;
+bool GridOk(int64_t width) { return detail::CeilDiv(width, kThreads) <= 0x7fffffff; }
+
+dim3 RowGrid(int64_t width, int64_t rows) {
+  return dim3(static_cast<unsigned>(detail::CeilDiv(width, kThreads)),
+              static_cast<unsigned>(rows < kMaxGridRows ? rows : kMaxGridRows));
 }
 
 }  // namespace
 
 cudaError_t Situ(const SituParams& p, cudaStream_t stream) {
-  if (p.n_tokens < 0 || p.width < 0 || !GridOk(p.width, p.n_tokens)) return cudaErrorInvalidValue;
+  if (p.n_tokens < 0 || p.width < 0 || !GridOk(p.width)) return cudaErrorInvalidValue;
   if (p.n_tokens == 0 || p.width == 0) return cudaSuccess;
   if (p.g == nullptr || p.u == nullptr || p.out == nullptr || p.beta == 0.0f) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(detail::CeilDiv(p.width, kThreads)), static_cast<unsigned>(p.n_tokens));
-  SituKernel<<<grid, kThreads, 0, stream>>>(p);
+  SituKernel<<<RowGrid(p.width, p.n_tokens), kThreads, 0, stream>>>(p);
   K3_CUDA_CHECK(cudaGetLastError());
   return cudaSuccess;
 }
 
 cudaError_t SigmoidGateMul(const SigmoidGateMulParams& p, cudaStream_t stream) {
-  if (p.n_tokens < 0 || p.width < 0 || !GridOk(p.width, p.n_tokens)) return cudaErrorInvalidValue;
+  if (p.n_tokens < 0 || p.width < 0 || !GridOk(p.width)) return cudaErrorInvalidValue;
   if (p.n_tokens == 0 || p.width == 0) return cudaSuccess;
   if (p.x == nullptr || p.gate == nullptr) return cudaErrorInvalidValue;
-  const dim3 grid(static_cast<unsigned>(detail::CeilDiv(p.width, kThreads)), static_cast<unsigned>(p.n_tokens));
-  GateMulKernel<<<grid, kThreads, 0, stream>>>(p);
+  GateMulKernel<<<RowGrid(p.width, p.n_tokens), kThreads, 0, stream>>>(p);
   K3_CUDA_CHECK(cudaGetLastError());
   return cudaSuccess;
 }
 
 cudaError_t Sigmoid(const SigmoidParams& p, cudaStream_t stream) {
-  if (p.n < 0 || !GridOk(p.n, 1)) return cudaErrorInvalidValue;
+  if (p.n < 0 || !GridOk(p.n)) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
   if (p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
   SigmoidKernel<<<static_cast<unsigned>(detail::CeilDiv(p.n, kThreads)), kThreads, 0, stream>>>(p.x, p.y, p.n);
