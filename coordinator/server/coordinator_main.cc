@@ -8,6 +8,10 @@
 //                  [--auth-token-file F]                        clients must send 'authorization: Bearer <token>'
 //                  [--tls-cert cert.pem --tls-key key.pem]      TLS for clients
 //                  [--worker-token-file F] [--worker-tls-ca ca.pem]  what the leaders want (k3-worker --serve)
+//                  [--step-poll-us N]   after sending a step, poll for its reply N us before sleeping
+//                                       (default 0; a busy core per worker group while steps run)
+//   SPDLOG_LEVEL=debug: one line per worker step with its latency (RPC, the leader's step, the
+//   scheduler's own work), as bench/device/system_slice_run.sh reads them
 #include <csignal>
 #include <cstdio>
 #include <thread>
@@ -20,6 +24,7 @@
 #include "coordinator/server/inference_service.h"
 #include "coordinator/server/router.h"
 #include "coordinator/tokenizer/gguf_vocab.h"
+#include "spdlog/cfg/env.h"
 #include "spdlog/spdlog.h"
 #include "worker/common/cli_args.h"
 #include "worker/common/grpc_security.h"
@@ -37,6 +42,7 @@ absl::Status Run(k3::CliArgs& args) {
   K3_ASSIGN_OR_RETURN(sched.token_budget, args.Int("token-budget", 512));
   K3_ASSIGN_OR_RETURN(sched.prefill_chunk, args.Int("prefill-chunk", 256));
   K3_ASSIGN_OR_RETURN(sched.max_queue, args.Int("max-queue", 256));
+  K3_ASSIGN_OR_RETURN(int64_t step_poll_us, args.Int("step-poll-us", 0));
   k3::coord::ServiceLimits limits;
   K3_ASSIGN_OR_RETURN(int64_t max_tokens, args.Int("max-tokens-limit", 0));
   K3_ASSIGN_OR_RETURN(int64_t max_prompt, args.Int("max-prompt-tokens", 0));
@@ -51,6 +57,8 @@ absl::Status Run(k3::CliArgs& args) {
   K3_RETURN_IF_ERROR(args.Finish());
   if (model.empty() || workers.empty()) return absl::InvalidArgumentError("--model and --workers are required");
   if (sched.token_budget < 1 || sched.prefill_chunk < 1) return absl::InvalidArgumentError("budgets must be >= 1");
+  if (step_poll_us < 0) return absl::InvalidArgumentError("--step-poll-us must be >= 0");
+  sched.step_poll = std::chrono::microseconds(step_poll_us);
   if (limits.max_concurrent_per_client < 0) return absl::InvalidArgumentError("--max-concurrent-per-client must be >= 0");
   // Secrets and certificates are read before anything starts: a bad file is a clear error now,
   // not a server that refuses every call later.
@@ -140,6 +148,8 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // SPDLOG_LEVEL=debug (k3-launch's logging.level) turns on the per-step timing lines.
+  spdlog::cfg::load_env_levels();
   k3::CliArgs args(argc, argv);
   absl::Status s = Run(args);
   if (!s.ok()) {

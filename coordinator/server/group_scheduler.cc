@@ -9,6 +9,27 @@ namespace k3::coord {
 
 using Clock = std::chrono::steady_clock;
 
+namespace {
+
+// One line per step at debug level (SPDLOG_LEVEL=debug), the coordinator's side of a step's
+// latency: the RPC's wall time beside the leader's own step time (the difference is transport
+// and the leader's handler), the time since the previous step's outputs were applied (building
+// this step, or idling when there was nothing to run) and applying this step's outputs
+// (sampling, detokenizing, handing tokens to the streams). bench/device/system_slice_run.sh
+// reads these lines.
+void LogStepTiming(const k3::v1::StepRequest& step, Clock::time_point prev_end, Clock::time_point sent,
+                   Clock::time_point answered, Clock::time_point applied, double leader_ms) {
+  if (!spdlog::should_log(spdlog::level::debug)) return;
+  int64_t tokens = 0;
+  for (const auto& e : step.entries()) tokens += e.tokens_size();
+  auto us = [](Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); };
+  spdlog::debug("step {}: {} entries {} tokens; since last {:.1f} us, rpc {:.1f} us, leader {:.1f} us, apply {:.1f} us",
+                step.id(), step.entries_size(), tokens, us(sent - prev_end), us(answered - sent), leader_ms * 1000,
+                us(applied - answered));
+}
+
+}  // namespace
+
 struct GroupScheduler::Running {
   std::unique_ptr<GenerationRequest> req;
   int64_t seq = 0;
@@ -262,6 +283,7 @@ bool GroupScheduler::Accept(Running& r, const k3::v1::RowOutput& row) {
 
 void GroupScheduler::Loop() {
   auto last_health = Clock::now() - options_.health_period;
+  auto prev_end = Clock::now();  // when the previous step's outputs were applied
   while (!stop_) {
     if (!healthy_) {
       if (Clock::now() - last_health >= options_.health_period) {
@@ -334,8 +356,9 @@ void GroupScheduler::Loop() {
     }
     step.set_id(next_step_++);
     const auto t0 = Clock::now();
-    auto resp = client_.RunStep(step, options_.step_timeout);
-    metrics_->step_seconds.Observe(std::chrono::duration<double>(Clock::now() - t0).count());
+    auto resp = client_.RunStep(step, options_.step_timeout, options_.step_poll);
+    const auto t1 = Clock::now();
+    metrics_->step_seconds.Observe(std::chrono::duration<double>(t1 - t0).count());
     ++metrics_->steps;
     ++steps_;
     if (!resp.ok()) {
@@ -359,6 +382,8 @@ void GroupScheduler::Loop() {
       }
       r.done = Accept(r, resp->entries(i).rows(0));
     }
+    LogStepTiming(step, prev_end, t0, t1, Clock::now(), resp->step_ms());
+    prev_end = Clock::now();  // after the log line: its own cost is not the next step's
     // Finished sequences leave now; their cache is freed with the next step.
     for (auto it = running_.begin(); it != running_.end();) {
       if ((*it)->done) {

@@ -29,6 +29,9 @@ struct SchedulerOptions {
   int64_t prefill_chunk = 256;    // most prompt tokens of one sequence in one step
   int64_t max_queue = 256;        // queued requests beyond this are refused
   std::chrono::milliseconds step_timeout{300000};
+  // After sending a step, poll for its reply this long before sleeping (0: sleep at once). Costs a
+  // busy core per worker group while steps run; saves waking a thread that slept through the step.
+  std::chrono::microseconds step_poll{0};
   std::chrono::milliseconds health_period{1000};
   WorkerLink link;                // token and TLS towards the leaders
 };

@@ -23,10 +23,13 @@ struct WorkerLink {
 class WorkerClient {
  public:
   explicit WorkerClient(std::string address, WorkerLink link = {});
+  ~WorkerClient();
   const std::string& address() const { return address_; }
 
-  absl::StatusOr<k3::v1::StepResponse> RunStep(const k3::v1::StepRequest& req,
-                                               std::chrono::milliseconds timeout);
+  // One step. `poll` > 0: wait for the reply polling this client's completion queue without
+  // sleeping for up to that long, then block (one thread at a time may call RunStep).
+  absl::StatusOr<k3::v1::StepResponse> RunStep(const k3::v1::StepRequest& req, std::chrono::milliseconds timeout,
+                                               std::chrono::microseconds poll = std::chrono::microseconds(0));
   // Sends the current session (k3.v1.WorkerInfoRequest.session): a leader that sees a new one
   // frees every sequence it holds, as left by a coordinator that died or gave the group up.
   absl::StatusOr<k3::v1::WorkerInfo> GetInfo(std::chrono::milliseconds timeout);
@@ -41,6 +44,7 @@ class WorkerClient {
   uint64_t session_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<k3::v1::Worker::Stub> stub_;
+  grpc::CompletionQueue cq_;  // RunStep's calls when it polls
 };
 
 absl::Status FromGrpc(const grpc::Status& s);

@@ -8,7 +8,8 @@
 #      leader's log says why; no k3-worker of the group is left.
 #   2. Without a timeout (the default, 0) the group keeps waiting: a coordinator killed in the
 #      middle of a request, then restarted, finds the group serving, the sequence the dead one
-#      left freed (the leader's log says so) and its greedy output equal to the engine's.
+#      left freed (the leader's log says so) and its greedy output equal to the engine's (that
+#      coordinator polls for step replies, --step-poll-us: the same steps by the other wait).
 set -uo pipefail
 bin=$1 model=$2
 if [ ! -f "$model" ]; then
@@ -19,11 +20,12 @@ work=$(mktemp -d)
 . "$(dirname "$0")/../e2e/common.sh"
 read -r wport cport < <(ports 2 | xargs)
 now_ms() { echo $(( $(date +%s%N) / 1000000 )); }
-start_coordinator() {  # log
-  "$bin/k3-coordinator" --model "$model" --workers "127.0.0.1:$wport" --listen "127.0.0.1:$cport" > "$work/$1" 2>&1 &
+start_coordinator() {  # log [more k3-coordinator options]
+  local log=$1; shift
+  "$bin/k3-coordinator" --model "$model" --workers "127.0.0.1:$wport" --listen "127.0.0.1:$cport" "$@" > "$work/$log" 2>&1 &
   cpid=$!
   pids+=("$cpid")
-  wait_for "$work/$1" "COORDINATOR READY" 30 || fail "coordinator did not start"
+  wait_for "$work/$log" "COORDINATOR READY" 30 || fail "coordinator did not start"
   for _ in $(seq 1 50); do k3 health > /dev/null 2>&1 && break; sleep 0.2; done
   k3 health > /dev/null || fail "coordinator: health"
 }
@@ -78,7 +80,7 @@ sleep 1
 wait "$lpid" 2>/dev/null
 sleep $(( timeout_s + 2 ))
 kill -0 "$gpid" 2>/dev/null || fail "without --coordinator-timeout the group ended"
-start_coordinator coord3.log
+start_coordinator coord3.log --step-poll-us 20000
 got=$(k3 generate --ids "$prompt" --max-tokens 6 --ignore-eos --timeout-s 30 2>"$work/gen3.err" | tr -s ' ' | sed 's/^ //')
 [ "$want" = "$got" ] || fail "part 2, restarted coordinator: got '$got' ($(cat "$work/gen3.err"))"
 grep -q "a new coordinator took over: freed 1 sequence(s) the previous one left" "$work/worker-wait.log" ||

@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
-# k3-worker refuses a missing or doubled model source, and --synth without the GPU backend, with a
-# clear message and a non-zero status (no rank hangs: each case is one process, no mpirun).
+# k3-worker refuses a missing or doubled model source, --synth, --prefill-chunk and the CUDA fast
+# paths (--int8-experts, --tc-mla-decode) without the GPU backend, a value given to a bare flag,
+# and a doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs:
+# each case is one process, no mpirun); a prompt read from --prompt-file generates what the same
+# ids given with --prompt do.
 #   worker_cli_test.sh K3_WORKER GOLDEN_GGUF
 set -uo pipefail
 worker=$1 golden=$2
@@ -20,5 +23,22 @@ expect "no model" "exactly one of --model FILE and --synth PRESET"
 expect "model and synth" "exactly one of --model FILE and --synth PRESET" --model "$golden" --synth tiny
 expect "synth on cpu" "needs --backend cuda" --synth tiny
 expect "negative seed" "want numbers >= 0" --backend cuda --synth tiny --synth-seed -1
+expect "prefill chunk on cpu" "prefill-chunk wants tokens >= 1 and --backend cuda" --model "$golden" --prefill-chunk 64
+expect "int8 experts on cpu" "paths of the CUDA engine" --model "$golden" --int8-experts
+expect "tc mla decode on cpu" "paths of the CUDA engine" --model "$golden" --tc-mla-decode
+expect "flag with a value" "int8-experts takes no value" --backend cuda --synth tiny --int8-experts yes
+expect "prompt and prompt file" "one of --prompt and --prompt-file" --model "$golden" --prompt "1 2" --prompt-file /dev/null
+expect "missing prompt file" "cannot read --prompt-file" --model "$golden" --prompt-file /nonexistent/prompt.txt
+prompt="2560 2802 3674 2368 3177 3414 922 227 1229"
+file=$(mktemp)
+tr ' ' '\n' <<< "$prompt" > "$file"  # one id a line: any whitespace separates
+direct=$(timeout 120 "$worker" --model "$golden" --prompt "$prompt" --gen 4 2>&1 | grep "^generated:")
+from_file=$(timeout 120 "$worker" --model "$golden" --prompt-file "$file" --gen 4 2>&1 | grep "^generated:")
+rm -f "$file"
+if [ -n "$direct" ] && [ "$direct" = "$from_file" ]; then
+  echo "ok: prompt file ($from_file)"
+else
+  echo "FAIL: prompt file: '$from_file' vs --prompt: '$direct'"; fails=$((fails + 1))
+fi
 [ $fails -eq 0 ] && echo "WORKER CLI TEST PASSED"
 exit $fails

@@ -52,6 +52,7 @@ std::chrono::steady_clock::duration LeaderService::idle() const {
 
 grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::StepRequest* req,
                                     k3::v1::StepResponse* resp) {
+  const auto entered = std::chrono::steady_clock::now();
   // Before anything else: a caller without the token learns nothing and keeps nothing alive.
   if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
   Activity activity(*this);
@@ -63,6 +64,7 @@ grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::Step
   if (step.shutdown) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shutdown is not accepted over RPC");
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<StepResult> result = group_.LeaderStep(step);
+  const auto stepped = std::chrono::steady_clock::now();
   Track(step, result.ok());
   if (!result.ok()) {
     if (IsGroupFailure(result.status())) {
@@ -86,7 +88,18 @@ grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::Step
       r->mutable_logits()->Assign(row.logits.begin(), row.logits.end());
     }
   }
-  resp->set_step_ms(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  const auto replied = std::chrono::steady_clock::now();
+  resp->set_step_ms(std::chrono::duration<double, std::milli>(replied - t0).count());
+  // The leader's side of a step's latency (SPDLOG_LEVEL=debug): the group's step (broadcast,
+  // forward, gather, merge) and this handler's own work around it (auth, lock, decoding the
+  // request, building the reply); the coordinator logs the RPC's wall time for the same id.
+  if (spdlog::should_log(spdlog::level::debug)) {
+    auto us = [](std::chrono::steady_clock::duration d) {
+      return std::chrono::duration<double, std::micro>(d).count();
+    };
+    spdlog::debug("step {}: group {:.1f} us; handler {:.1f} us before, {:.1f} us after", req->id(), us(stepped - t0),
+                  us(t0 - entered), us(replied - stepped));
+  }
   return grpc::Status::OK;
 }
 

@@ -3,6 +3,8 @@
 // a greedy generation itself, which is how the group is smoke-tested and benchmarked.
 //
 //   mpirun -np 2 k3-worker --model m.gguf --prompt "1 2 3" --gen 16
+//       [--prompt-file F]               the prompt's ids from a file (whitespace-separated), for
+//                                       prompts too long for one command-line argument (32k ids)
 //   mpirun -np 2 k3-worker --model m.gguf --serve 127.0.0.1:50061   (for the coordinator)
 //       [--auth-token-file F]           only callers sending 'authorization: Bearer <token>' (the
 //                                       coordinator's --worker-token-file) may run steps
@@ -15,6 +17,15 @@
 //   mpirun -np 8 k3-worker --backend cuda --synth full [--synth-seed 1] [--synth-quant UD-IQ1_S]
 //       [--synth-layers N] --serve ...   (no file: every rank fills its shard of the synthetic
 //       preset on its GPU from the seed; the coordinator reads `k3-synth --preset full --header-only`)
+//       [--prefill-chunk N]             cuda: prompt tokens per prefill forward (default 512); a
+//                                       coordinator's --prefill-chunk below it makes smaller forwards
+//       [--int8-experts]                cuda: decode steps' routed-expert GEMVs on int8 inputs
+//                                       (CudaEngineOptions::int8_expert_x; not exact, held to llama.cpp's
+//                                       closeness on the golden model)
+//       [--tc-mla-decode]               cuda: decode steps' MLA attention on tensor cores
+//                                       (CudaEngineOptions::tc_mla_decode; for long contexts)
+//   SPDLOG_LEVEL=debug (mpirun -x): the leader logs each step's time beside its handler's own
+#include <algorithm>
 #include <csignal>
 #include <chrono>
 #include <cstdio>
@@ -24,8 +35,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "collectives/mpi_communicator.h"
+#include "spdlog/cfg/env.h"
 #include "spdlog/spdlog.h"
 #include "worker/common/cli_args.h"
+#include "worker/common/small_file.h"
 #include "worker/common/status_macros.h"
 #include "worker/engine/engine.h"
 #include "worker/gguf/gguf_file.h"
@@ -126,7 +139,7 @@ absl::Status Serve(const ServeOptions& opt, k3::runtime::WorkerGroup& group, k3:
 
 absl::Status Generate(k3::runtime::WorkerGroup& group, const std::string& prompt, int64_t gen) {
   std::vector<int32_t> ids;
-  for (absl::string_view piece : absl::StrSplit(prompt, ' ', absl::SkipEmpty())) {
+  for (absl::string_view piece : absl::StrSplit(prompt, absl::ByAnyChar(" \t\r\n"), absl::SkipEmpty())) {
     int32_t id;
     if (!absl::SimpleAtoi(piece, &id)) return absl::InvalidArgumentError("--prompt wants token ids");
     ids.push_back(id);
@@ -137,13 +150,19 @@ absl::Status Generate(k3::runtime::WorkerGroup& group, const std::string& prompt
   step.add = {0};
   step.entries = {{0, ids, 1, false, false}};
   std::vector<int32_t> out;
+  // Each decode step's time too: its median is not moved by the few steps that capture a CUDA
+  // graph (a new batch size or MLA context bucket), which the mean over a short run is.
+  std::vector<double> step_ms;
   const auto t0 = std::chrono::steady_clock::now();
-  auto t1 = t0;
+  auto t1 = t0, last = t0;
   for (int64_t i = 0; i < gen; ++i) {
     K3_ASSIGN_OR_RETURN(auto result, group.LeaderStep(step));
     const int32_t next = result.rows[0][0].top[0].token;
     out.push_back(next);
-    if (i == 0) t1 = std::chrono::steady_clock::now();
+    const auto now = std::chrono::steady_clock::now();
+    if (i == 0) t1 = now;
+    if (i > 0) step_ms.push_back(std::chrono::duration<double, std::milli>(now - last).count());
+    last = now;
     step = Step{};
     step.id = i + 2;
     step.entries = {{0, {next}, 1, false, false}};
@@ -158,8 +177,10 @@ absl::Status Generate(k3::runtime::WorkerGroup& group, const std::string& prompt
   for (int32_t t : out) std::printf(" %d", t);
   const double pre = std::chrono::duration<double>(t1 - t0).count();
   const double dec = std::chrono::duration<double>(t2 - t1).count();
-  std::printf("\nprefill %zu tokens: %.3f s (%.1f tokens/s); decode %ld tokens: %.1f tokens/s\n", ids.size(), pre,
-              ids.size() / pre, static_cast<long>(gen - 1), gen > 1 ? (gen - 1) / dec : 0.0);
+  std::sort(step_ms.begin(), step_ms.end());
+  std::printf("\nprefill %zu tokens: %.3f s (%.1f tokens/s); decode %ld tokens: %.1f tokens/s (median step %.3f ms)\n",
+              ids.size(), pre, ids.size() / pre, static_cast<long>(gen - 1), gen > 1 ? (gen - 1) / dec : 0.0,
+              step_ms.empty() ? 0.0 : step_ms[step_ms.size() / 2]);
   return absl::OkStatus();
 }
 
@@ -173,12 +194,18 @@ struct ModelSource {
   int64_t synth_layers = 0;  // 0: the preset's
 };
 
+// The CUDA engine's optional fast paths (flags without values).
+struct CudaFastPaths {
+  bool int8_experts = false;
+  bool tc_mla_decode = false;
+};
+
 #ifdef K3_HAVE_CUDA_BACKEND
 // --backend cuda: this rank's shard on its GPU (the local rank's, of those it sees), the engine's
 // all-reduces over NCCL on the engine's stream, steps and band summaries over `comm` (MPI).
 absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3::model::RankPlan plan, int rank,
-                     int64_t max_seqs, int64_t cache_tokens, const ServeOptions& serve, const std::string& prompt,
-                     int64_t gen) {
+                     int64_t max_seqs, int64_t cache_tokens, int64_t prefill_chunk, const CudaFastPaths& fast,
+                     const ServeOptions& serve, const std::string& prompt, int64_t gen) {
   int n_dev = 0;
   if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev < 1) return absl::FailedPreconditionError("no CUDA device");
   const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_RANK");
@@ -197,6 +224,9 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3:
   opt.max_seqs = max_seqs;
   opt.max_batch = max_seqs;
   opt.cache_tokens = cache_tokens;
+  if (prefill_chunk > 0) opt.prefill_chunk = prefill_chunk;
+  opt.int8_expert_x = fast.int8_experts;
+  opt.tc_mla_decode = fast.tc_mla_decode;
   opt.verbose = rank == 0;
   std::unique_ptr<k3::engine_cuda::CudaEngine> engine;
   if (!model.path.empty()) {
@@ -238,7 +268,17 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_ASSIGN_OR_RETURN(int64_t cache_tokens, args.Int("cache-tokens", 0));
   K3_ASSIGN_OR_RETURN(int64_t timeout_ms, args.Int("timeout-ms", 60000));
   K3_ASSIGN_OR_RETURN(int64_t gen, args.Int("gen", 16));
-  const std::string prompt = args.Str("prompt");
+  std::string prompt = args.Str("prompt");
+  const std::string prompt_file = args.Str("prompt-file");
+  K3_ASSIGN_OR_RETURN(int64_t prefill_chunk, args.Int("prefill-chunk", 0));
+  CudaFastPaths fast;
+  for (auto [name, flag] : {std::pair<const char*, bool*>{"int8-experts", &fast.int8_experts},
+                            std::pair<const char*, bool*>{"tc-mla-decode", &fast.tc_mla_decode}}) {
+    *flag = args.Has(name);
+    if (*flag && !args.Str(name).empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
+    }
+  }
   ServeOptions serve;
   serve.address = args.Str("serve");
   const std::string token_file = args.Str("auth-token-file");
@@ -250,6 +290,21 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   const std::string backend = args.Str("backend", "cpu");
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
+  if ((fast.int8_experts || fast.tc_mla_decode) && backend != "cuda") {
+    return absl::InvalidArgumentError("--int8-experts and --tc-mla-decode are paths of the CUDA engine (--backend cuda)");
+  }
+  if (prefill_chunk < 0 || (prefill_chunk > 0 && backend != "cuda")) {
+    return absl::InvalidArgumentError("--prefill-chunk wants tokens >= 1 and --backend cuda (the CPU engine takes a "
+                                      "step's prompt tokens in one forward)");
+  }
+  if (!prompt_file.empty()) {
+    if (!prompt.empty()) return absl::InvalidArgumentError("give one of --prompt and --prompt-file");
+    // Only the leader generates, so only it needs the file; ids separated by any whitespace, at
+    // most a step's worth (kMaxStepTokens ids of up to 7 characters each).
+    if (rank == 0) {
+      K3_ASSIGN_OR_RETURN(prompt, k3::ReadSmallFile(prompt_file, 8 * k3::runtime::kMaxStepTokens, "--prompt-file"));
+    }
+  }
   if (model.path.empty() == model.synth_preset.empty()) {
     return absl::InvalidArgumentError("give exactly one of --model FILE and --synth PRESET");
   }
@@ -292,7 +347,8 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   auto comm = k3::coll::MakeMpiCommunicator(MPI_COMM_WORLD, {std::chrono::milliseconds(timeout_ms)});
   if (backend == "cuda") {
 #ifdef K3_HAVE_CUDA_BACKEND
-    return RunCuda(*comm, model, {size, static_cast<int>(groups)}, rank, max_seqs, cache_tokens, serve, prompt, gen);
+    return RunCuda(*comm, model, {size, static_cast<int>(groups)}, rank, max_seqs, cache_tokens, prefill_chunk, fast,
+                   serve, prompt, gen);
 #else
     return absl::UnimplementedError("this k3-worker was built without CUDA (K3_WITH_CUDA=OFF): --backend cuda is unavailable");
 #endif
@@ -337,6 +393,8 @@ int main(int argc, char** argv) {
   sigaddset(&set, SIGINT);
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  // SPDLOG_LEVEL=debug (k3-launch's logging.level, mpirun -x) turns on the leader's per-step timing lines.
+  spdlog::cfg::load_env_levels();
   MPI_Init(&argc, &argv);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
