@@ -3,6 +3,7 @@
 # on one GPU: where a step's milliseconds go, kernel by kernel. Binaries packed by tp_pack.sh
 # (BINS=k3_cuda_decode_bench; carry .k3carry).
 #   bash bench/device/decode_profile.sh [batch] [ctx]        (default 1 4096)
+#   K3_BENCH_EXTRA=--int8-experts bash bench/device/decode_profile.sh     (more bench flags)
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -14,7 +15,7 @@ xz -dc $C/bin/k3_cuda_decode_bench.xz > $B/k3_cuda_decode_bench && chmod +x $B/k
 BATCH=${1:-1}
 CTX=${2:-4096}
 ncu --profile-from-start off --clock-control none --print-summary per-kernel --section SpeedOfLight \
-  $B/k3_cuda_decode_bench --preset slice --layers 8 --quant UD-IQ1_S --ctx "$CTX" --batches "$BATCH" --steps 2 --ncu-step \
+  $B/k3_cuda_decode_bench --preset slice --layers 8 --quant UD-IQ1_S --ctx "$CTX" --batches "$BATCH" --steps 2 --ncu-step ${K3_BENCH_EXTRA:-} \
   > "$OUT/ncu_step.txt" 2>&1
 echo "ncu rc=$?"
 # One line per kernel: invocations, mean duration (us), total (us), sorted by total.
