@@ -194,6 +194,21 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_3584To3072_Batched) {
   RunCase({GgmlType::kIQ1_S, 9, 9216, 3, 2, 2, false}, 34);
 }
 
+// One IQ1_S matrix [rows][cols] (dense rows) with packed token rows of x and y.
+QuantGemvParams PackedIq1s(const void* w, const float* x, float* y, int64_t rows, int64_t cols) {
+  QuantGemvParams p;
+  p.type = GgmlType::kIQ1_S;
+  p.weight = w;
+  p.rows = rows;
+  p.cols = cols;
+  p.row_bytes = static_cast<size_t>(cols / 256 * 50);
+  p.x = x;
+  p.x_stride = cols;
+  p.y = y;
+  p.y_stride = rows;
+  return p;
+}
+
 // int8 activations: the same cases as the exact kernel against the int8 function, then how far
 // that function is from the exact product on the real expert shape (x ~ N(0, 1): the rounding
 // error of one x is at most amax/254, relative L2 of the outputs about 5e-3).
@@ -224,16 +239,7 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_Int8X) {
   DeviceBuffer<uint8_t> d_w(w);
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<size_t>(rows));
-  QuantGemvParams p;
-  p.type = GgmlType::kIQ1_S;
-  p.weight = d_w.get();
-  p.rows = rows;
-  p.cols = cols;
-  p.row_bytes = static_cast<size_t>(cols / 256 * 50);
-  p.x = d_x.get();
-  p.x_stride = cols;
-  p.y = d_y.get();
-  p.y_stride = rows;
+  QuantGemvParams p = PackedIq1s(d_w.get(), d_x.get(), d_y.get(), rows, cols);
   p.n_tokens = 1;
   p.int8_x = true;
   K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
@@ -263,16 +269,7 @@ TEST(QuantGemvTest, Iq1sBatchInvariant) {
   DeviceBuffer<uint8_t> d_w(w);
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<size_t>(8 * rows));
-  QuantGemvParams p;
-  p.type = GgmlType::kIQ1_S;
-  p.weight = d_w.get();
-  p.rows = rows;
-  p.cols = cols;
-  p.row_bytes = static_cast<size_t>(cols / 256 * 50);
-  p.x = d_x.get();
-  p.x_stride = cols;
-  p.y = d_y.get();
-  p.y_stride = rows;
+  QuantGemvParams p = PackedIq1s(d_w.get(), d_x.get(), d_y.get(), rows, cols);
   for (bool int8_x : {false, true}) {
     p.int8_x = int8_x;
     std::vector<float> alone;
