@@ -132,5 +132,15 @@ TEST(CudaMlaDecodeTest, FewHeadsOddPages) {
   RunMla({{100}, 20, MlaCacheType::kF16, 3, 7}, 7);      // heads not a multiple of 16, odd page size
 }
 
+// More splits than the combine holds factors for: refused, nothing launched.
+TEST(CudaMlaDecodeTest, RejectsTooManySplits) {
+  K3_REQUIRE_GPU();
+  MlaDecodeParams p{};
+  p.n_seqs = 1;
+  p.n_heads = 1;
+  p.n_splits = 8193;
+  EXPECT_EQ(MlaDecode(p, nullptr), cudaErrorInvalidValue);
+}
+
 }  // namespace
 }  // namespace k3::cuda::testing

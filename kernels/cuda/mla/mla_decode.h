@@ -31,7 +31,7 @@ struct MlaDecodeParams {
   float scale;                  // 1/sqrt(qk_nope + rope) = 1/sqrt(192)
   float* out;                   // [n_seqs][out_seq_stride]: head h at h*value_width: Σ_t softmax_t · V_t
   int64_t out_seq_stride;       // floats between sequences of out (>= n_heads*value_width)
-  int n_splits;                 // context ranges per sequence (>= 1); MlaDecodeSplits() suggests one
+  int n_splits;                 // context ranges per sequence (1..8192); MlaDecodeSplits() suggests one
   float* workspace;             // MlaDecodeWorkspaceFloats(...) floats, device
 };
 
