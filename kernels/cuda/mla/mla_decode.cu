@@ -57,6 +57,7 @@ __global__ void __launch_bounds__(kThreads) MlaSplitKernel(const SplitArgs a) {
   float* srows = sq + kHeadsPerBlock * rw;       // [32][rs]
   float* sp = srows + kTileRows * rs;            // [32][16]
   float* salpha = sp + kTileRows * kHeadsPerBlock;  // [16]
+  __shared__ const T* srow_ptr[kTileRows];        // the tile's rows in the paged cache
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int split = blockIdx.x;
@@ -94,13 +95,20 @@ __global__ void __launch_bounds__(kThreads) MlaSplitKernel(const SplitArgs a) {
 
   for (int64_t t0 = r_lo; t0 < r_hi; t0 += kTileRows) {
     const int n_valid = static_cast<int>(min(static_cast<int64_t>(kTileRows), r_hi - t0));
+    // The tile's row addresses once (a 64-bit division each), then the chunks walked with (r, cc)
+    // stepped, not divided: per-chunk 64-bit index math cost more issue slots than the FMAs.
+    if (tid < n_valid) {
+      const int64_t t = t0 + tid;
+      srow_ptr[tid] = cache + static_cast<int64_t>(table[t / a.page_size]) * a.page_stride +
+                      (t % a.page_size) * a.row_stride;
+    }
+    __syncthreads();
     const int cpr = rw / kVec;
-    for (int idx = tid; idx < n_valid * cpr; idx += kThreads) {
-      const int r = idx / cpr, cc = idx - r * cpr;
-      const int64_t t = t0 + r;
-      const int64_t page = table[t / a.page_size];
-      const T* src = cache + page * a.page_stride + (t % a.page_size) * a.row_stride + cc * kVec;
-      LoadChunk(src, srows + r * rs + cc * kVec);
+    int r = tid / cpr, cc = tid - (tid / cpr) * cpr;
+    for (; r < n_valid;) {
+      LoadChunk(srow_ptr[r] + cc * kVec, srows + r * rs + cc * kVec);
+      cc += kThreads;
+      while (cc >= cpr) cc -= cpr, ++r;
     }
     __syncthreads();
 
