@@ -44,6 +44,9 @@ TEST(CudaMoeRouterTest, K3SigmoidBiasNormalized) {
   RunRoute(logits, &bias, T, E, K, true, true, 1.0f, stride);
   RunRoute(logits, nullptr, T, E, K, true, true, 2.5f, stride);
   RunRoute(logits, &bias, T, E, K, true, false, 1.0f, stride);
+  // a prefill-sized batch: one block per token, 300 of them
+  const auto many = Normal(rng, 300 * E, 0.0, 2.0);
+  RunRoute(many, &bias, 300, E, K, true, true, 1.0f, E);
 }
 
 TEST(CudaMoeRouterTest, TiesGoToTheLowerIndex) {
@@ -62,7 +65,7 @@ TEST(CudaMoeRouterTest, SoftmaxAndSmallShapes) {
   const auto small = Normal(rng, 3 * 32, 0.0, 1.0);
   const auto bias = Normal(rng, 32, 0.0, 0.1);
   RunRoute(small, &bias, 3, 32, 4, true, true, 1.0f, 32);  // golden model: 32 experts, top-4
-  // 1024 experts: the largest the one-warp-per-token kernel takes; 13 tokens: a partial block of 8
+  // 1024 experts: the largest the sorting kernel takes (one thread per expert); 13 tokens
   const auto edge = Normal(rng, 13 * 1024, 0.0, 1.0);
   const auto edge_bias = Normal(rng, 1024, 0.0, 0.1);
   RunRoute(edge, &edge_bias, 13, 1024, 16, true, true, 1.0f, 1024);

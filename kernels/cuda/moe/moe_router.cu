@@ -129,91 +129,80 @@ __global__ void __launch_bounds__(kThreads) RouterKernel(const MoeRouterParams p
 }
 
 
-// Up to kWarpExperts experts: one warp per token (8 tokens per block), 32 values per lane in
-// registers, k rounds of a warp arg-max with no block barrier. The block kernel's k rounds of two
-// __syncthreads each took ~17 us per token for K3's 896 experts, top-16.
-constexpr int kWarpExperts = 1024;
-constexpr int kWarpPer = kWarpExperts / 32;
-constexpr int kWarpTokens = 8;  // warps (tokens) per block
+// Up to kSortExperts experts: one block per token, one expert per thread (the block a power of two
+// >= 32), a bitonic sort of (selection score, index) into the selection order (score descending,
+// ties to the lower index: a strict total order, so the first k are exactly the k rounds of
+// arg-max of RouterKernel), partners within a warp exchanged by shuffles, across warps through
+// shared memory (15 of the 55 stages at 1024, one barrier each). K3's 896 experts, top-16: the
+// one-warp-per-token kernel's 16 rounds of 28-value scans took 15 us per token (ncu, H200).
+constexpr int kSortExperts = 1024;
 
-__global__ void __launch_bounds__(32 * kWarpTokens) RouterWarpKernel(const MoeRouterParams p) {
-  const int lane = threadIdx.x & 31;
-  const int64_t t = static_cast<int64_t>(blockIdx.x) * kWarpTokens + (threadIdx.x >> 5);
-  if (t >= p.n_tokens) return;
+__global__ void __launch_bounds__(kSortExperts) RouterSortKernel(const MoeRouterParams p) {
+  __shared__ float s_prob[kSortExperts];
+  __shared__ float s_v[2][kSortExperts];
+  __shared__ int s_i[2][kSortExperts];
+  __shared__ float s_scratch[32];
+  __shared__ int s_sel[kMaxK];
+  const int64_t t = blockIdx.x;
+  const int tid = threadIdx.x, N = blockDim.x;
   const int n = static_cast<int>(p.n_experts);
-  const float* lg = p.logits + t * p.logits_stride;
-  float prob[kWarpPer], choice[kWarpPer];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int u = 0; u < kWarpPer; ++u) {
-    const int e = lane + 32 * u;
-    prob[u] = e < n ? lg[e] : -INFINITY;
-    mx = fmaxf(mx, prob[u]);
-  }
+  const bool real = tid < n;
+  const float x = real ? p.logits[t * p.logits_stride + tid] : -INFINITY;
+  float prob;
   if (p.sigmoid) {
-#pragma unroll
-    for (int u = 0; u < kWarpPer; ++u) prob[u] = detail::SigmoidF(prob[u]);
+    prob = real ? detail::SigmoidF(x) : 0.0f;
   } else {
+    // softmax: block max, then exp and block sum (a fixed order: the same for every batch)
+    float mx = detail::WarpMax(x);
+    if ((tid & 31) == 0) s_scratch[tid >> 5] = mx;
+    __syncthreads();
+    mx = (tid & 31) < (N >> 5) ? s_scratch[tid & 31] : -INFINITY;
     mx = detail::WarpMax(mx);
-    float sum = 0.0f;
-#pragma unroll
-    for (int u = 0; u < kWarpPer; ++u) {
-      prob[u] = (lane + 32 * u) < n ? expf(prob[u] - mx) : 0.0f;
-      sum += prob[u];
-    }
-    sum = detail::WarpSum(sum);
-#pragma unroll
-    for (int u = 0; u < kWarpPer; ++u) prob[u] /= sum;
+    const float e = real ? expf(x - mx) : 0.0f;
+    prob = e / detail::BlockSum(e, s_scratch);
   }
-#pragma unroll
-  for (int u = 0; u < kWarpPer; ++u) {
-    const int e = lane + 32 * u;
-    choice[u] = e < n ? prob[u] + (p.selection_bias != nullptr ? p.selection_bias[e] : 0.0f) : -INFINITY;
-  }
-  float wsum = 0.0f;  // lane 0: Σ of the chosen probabilities, in choice order (as the block kernel)
-  int32_t* ids = p.ids + t * p.k;
-  float* weights = p.weights + t * p.k;
-  for (int r = 0; r < p.k; ++r) {
-    float bv = -INFINITY, bp = 0.0f;
-    int bi = 0x7fffffff;
-#pragma unroll
-    for (int u = 0; u < kWarpPer; ++u) {
-      const int e = lane + 32 * u;
-      if (e < n && Better(choice[u], e, bv, bi)) {
-        bv = choice[u];
-        bi = e;
-        bp = prob[u];
+  if (real) s_prob[tid] = prob;
+  float v = real ? prob + (p.selection_bias != nullptr ? p.selection_bias[tid] : 0.0f) : -INFINITY;
+  int i = tid;  // padding slots: -inf at indices >= n, after every real expert
+  int buf = 0;
+  for (int k = 2; k <= N; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      float ov;
+      int oi;
+      if (j >= 32) {
+        // two buffers: a slot is rewritten two smem stages later, after a barrier every reader passed
+        s_v[buf][tid] = v;
+        s_i[buf][tid] = i;
+        __syncthreads();
+        ov = s_v[buf][tid ^ j];
+        oi = s_i[buf][tid ^ j];
+        buf ^= 1;
+      } else {
+        ov = __shfl_xor_sync(detail::kFullMask, v, j);
+        oi = __shfl_xor_sync(detail::kFullMask, i, j);
+      }
+      // within each run of k the lower slot keeps the better entry when the run is sorted
+      // better-first ((tid & k) == 0; always so for the last run), the worse one otherwise
+      const bool keep_better = ((tid & j) == 0) == ((tid & k) == 0);
+      if (Better(ov, oi, v, i) == keep_better) {
+        v = ov;
+        i = oi;
       }
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) {
-      const float ov = __shfl_xor_sync(detail::kFullMask, bv, o);
-      const int oi = __shfl_xor_sync(detail::kFullMask, bi, o);
-      const float op = __shfl_xor_sync(detail::kFullMask, bp, o);
-      if (Better(ov, oi, bv, bi)) {
-        bv = ov;
-        bi = oi;
-        bp = op;
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kWarpPer; ++u) {
-      if (lane + 32 * u == bi) choice[u] = -INFINITY;
-    }
-    if (lane == 0) {  // raw probability now, normalized below (lane 0 re-reads its own writes)
-      ids[r] = bi;
-      weights[r] = bp;
-      wsum += bp;
-    }
   }
-  if (lane == 0) {
-    const float denom = p.normalize ? fmaxf(wsum, 6.103515625e-5f) : 1.0f;
+  if (tid < p.k) s_sel[tid] = i;
+  __syncthreads();
+  if (tid == 0) {
+    float sum = 0.0f;  // Σ of the chosen probabilities in choice order, as RouterKernel
+    for (int r = 0; r < p.k; ++r) sum += s_prob[s_sel[r]];
+    const float denom = p.normalize ? fmaxf(sum, 6.103515625e-5f) : 1.0f;
     const bool scaled = p.scale != 0.0f && p.scale != 1.0f;
     for (int r = 0; r < p.k; ++r) {
-      float w = weights[r];
+      float w = s_prob[s_sel[r]];
       if (p.normalize) w /= denom;
       if (scaled) w *= p.scale;
-      weights[r] = w;
+      p.ids[t * p.k + r] = s_sel[r];
+      p.weights[t * p.k + r] = w;
     }
   }
 }
@@ -229,8 +218,10 @@ cudaError_t MoeRoute(const MoeRouterParams& p, cudaStream_t stream) {
       p.n_tokens > 0x7fffffff) {
     return cudaErrorInvalidValue;
   }
-  if (p.n_experts <= kWarpExperts) {
-    RouterWarpKernel<<<static_cast<unsigned>(detail::CeilDiv(p.n_tokens, kWarpTokens)), 32 * kWarpTokens, 0, stream>>>(p);
+  if (p.n_experts <= kSortExperts) {
+    int threads = 32;
+    while (threads < p.n_experts) threads *= 2;
+    RouterSortKernel<<<static_cast<unsigned>(p.n_tokens), threads, 0, stream>>>(p);
   } else {
     RouterKernel<<<static_cast<unsigned>(p.n_tokens), kThreads, 0, stream>>>(p);
   }
