@@ -90,6 +90,9 @@ CudaEngine::CudaEngine() : impl_(std::make_unique<Impl>()) {}
 CudaEngine::~CudaEngine() {
   for (auto& [k, g] : graphs_) cudaGraphExecDestroy(g);
   impl_.reset();
+  if (fork_event_) cudaEventDestroy(fork_event_);
+  if (join_event_) cudaEventDestroy(join_event_);
+  if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_ && own_stream_) cudaStreamDestroy(stream_);
 }
 
@@ -194,6 +197,9 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     K3_CU(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     own_stream_ = true;
   }
+  K3_CU(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
+  K3_CU(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
+  K3_CU(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
   const int64_t H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
@@ -558,6 +564,15 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     return Product(w, x, xs, y, ys, rows, exact, gws, s);
   };
   const bool grouped = !exact && n > kGemvMaxRows;  // MoE by expert groups and per-head MLA products
+  // A MoE layer's shared experts: out[n][H] = down(situ(gate·h, up·h)), on stream `st`.
+  auto SharedExperts = [&](const DMoe& w, const float* h, int64_t rows, float* out, cudaStream_t st) -> cudaError_t {
+    const int64_t Fs = w.shared_gate.rows;
+    cudaError_t e = Product(w.shared_gate, h, H, m.sg, Fs, rows, exact, gws, st);
+    if (e == cudaSuccess) e = Product(w.shared_up, h, H, m.su, Fs, rows, exact, gws, st);
+    if (e == cudaSuccess) e = SituInto(m.sg, m.su, rows, Fs, c, st);
+    if (e == cudaSuccess) e = Product(w.shared_down, m.sg, Fs, out, H, rows, exact, gws, st);
+    return e;
+  };
   auto mark = [&](int kind) -> absl::Status {
     if (marks == nullptr) return absl::OkStatus();
     cudaEvent_t ev;
@@ -783,6 +798,15 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_RETURN_IF_ERROR(mark(kMoe));
       const DMoe& w = lw.moe;
       const int64_t E = c.n_experts, K = c.n_experts_used, L = c.expert_latent, Fw = w.gate_exps.rows;
+      // Decode-sized steps: the shared experts on the side stream, concurrent with the routing and
+      // the routed experts below (disjoint buffers; their GEMVs take no workspace). Larger steps
+      // keep one stream: their GEMMs share the GEMM workspace.
+      const bool side = w.has_shared && !grouped;
+      if (side) {
+        K3_CU(cudaEventRecord(fork_event_, s));
+        K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+        K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
+      }
       K3_CU(Gemv(w.router, m.h, H, m.rlogits, E, n, s));
       cuda::MoeRouterParams rp;
       rp.logits = m.rlogits;
@@ -840,12 +864,11 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s, i8));
         K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
       }
-      if (w.has_shared) {
-        const int64_t Fs = w.shared_gate.rows;
-        K3_CU(Prod(w.shared_gate, m.h, H, m.sg, Fs, n));
-        K3_CU(Prod(w.shared_up, m.h, H, m.su, Fs, n));
-        K3_CU(SituInto(m.sg, m.su, n, Fs, c, s));
-        K3_CU(Prod(w.shared_down, m.sg, Fs, sh, H, n));
+      if (side) {
+        K3_CU(cudaEventRecord(join_event_, side_stream_));
+        K3_CU(cudaStreamWaitEvent(s, join_event_, 0));
+      } else if (w.has_shared) {
+        K3_CU(SharedExperts(w, m.h, n, sh, s));
       }
       // [expert partials | shared partials] of the group in ONE all-reduce, before the routed norm.
       if (comm_ != nullptr) {

@@ -221,6 +221,12 @@ class CudaEngine {
   std::unique_ptr<Impl> impl_;
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
+  // Decode steps run a MoE layer's shared experts on side_stream_ (forked from and joined back to
+  // stream_ by the two events, so a graph capture takes both branches) while the router, the
+  // routing and the routed experts run on stream_: the shared GEMVs stream weights at HBM speed
+  // while the routing's small latency-bound kernels would otherwise leave it idle.
+  cudaStream_t side_stream_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   coll::Communicator* comm_ = nullptr;  // several ranks only
   uint64_t weight_bytes_ = 0;
   std::unordered_map<SeqId, Sequence> seqs_;
