@@ -1,11 +1,15 @@
 #!/usr/bin/env bash
 # The GPU kernel tests (all of kernels_cuda_test, band_top_cuda_test), compute-sanitizer on a
-# chosen filter, and the IQ1_S expert GEMV timings, in one device call. Binaries built HERE in
-# build/cuda and carried in .k3kern by the pack step. Writes $OUT/kernels_run.log (+ per-step logs).
-#   here:   bash bench/device/kernels_run.sh pack
+# chosen filter, the IQ1_S expert GEMV timings, and optionally ncu of chosen kernels of the GEMV
+# bench and decode-bench calls, in one device call. Binaries built HERE in build/cuda and carried
+# in .k3kern by the pack step. Writes $OUT/kernels_run.log (+ per-step logs).
+#   here:   bash bench/device/kernels_run.sh pack        (K3_PACK_DECODE=1: + k3_cuda_decode_bench)
 #   there:  K3_SAN_FILTER='*MlaPrefill*' bash bench/device/kernels_run.sh      (carry .k3kern)
+#   optional: K3_TEST_FILTER (gtest filter of kernels_cuda_test), K3_NCU_KERNEL + K3_NCU_ONLY
+#   (ncu --set full of kernel-name regex K3_NCU_KERNEL over `k3_cuda_gemv_bench --only=K3_NCU_ONLY`),
+#   K3_DECODE_ARGS ("args1;args2;...": one k3_cuda_decode_bench call per entry)
 set -uo pipefail
-BINS="kernels_cuda_test band_top_cuda_test k3_cuda_gemv_bench"
+BINS="kernels_cuda_test band_top_cuda_test k3_cuda_gemv_bench${K3_PACK_DECODE:+ k3_cuda_decode_bench}"
 if [ "${1:-}" = pack ]; then
   grep -qx '/.k3kern/' .git/info/exclude || echo '/.k3kern/' >> .git/info/exclude
   rm -rf .k3kern && mkdir -p .k3kern/bin .k3kern/lib
@@ -27,7 +31,7 @@ for f in .k3kern/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x 
 export LD_LIBRARY_PATH=$PWD/.k3kern/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 stamp "kernels_cuda_test (all)"
-timeout 240 $B/kernels_cuda_test --gtest_color=no > "$OUT/kernels_test.txt" 2>&1
+timeout 240 $B/kernels_cuda_test --gtest_color=no --gtest_filter="${K3_TEST_FILTER:-*}" > "$OUT/kernels_test.txt" 2>&1
 echo "kernels_cuda_test rc=$?"; grep -E '^\[  (PASSED|FAILED) |^\[  FAILED|Failure' "$OUT/kernels_test.txt" | head -30
 stamp "band_top_cuda_test"
 timeout 120 $B/band_top_cuda_test --gtest_color=no > "$OUT/band_top_test.txt" 2>&1
@@ -51,4 +55,21 @@ if [ -n "${K3_RACE_FILTER:-}" ]; then
 fi
 stamp "k3_cuda_gemv_bench --only=${K3_GEMV_ONLY:-expert}"
 timeout 120 $B/k3_cuda_gemv_bench --only="${K3_GEMV_ONLY:-expert}" 2>&1 | tee "$OUT/gemv_bench.txt" | grep -v '^device'
+if [ -n "${K3_NCU_KERNEL:-}" ]; then
+  stamp "ncu --set full, kernel ~ $K3_NCU_KERNEL, gemv bench --only=$K3_NCU_ONLY"
+  timeout 150 ncu --kernel-name "regex:$K3_NCU_KERNEL" --launch-skip 3 --launch-count 1 --set full \
+    $B/k3_cuda_gemv_bench --only="$K3_NCU_ONLY" > "$OUT/ncu.txt" 2>&1
+  grep -E "Duration|Throughput|Issue Slots|Warp Cycles|Bank|Wavefronts|Executed Ipc|Registers|Achieved Occupancy|Stall|L2 Hit|DRAM Throughput|Compute \(SM\)" "$OUT/ncu.txt" | head -40
+fi
+if [ -n "${K3_DECODE_ARGS:-}" ]; then
+  IFS=';' read -ra CALLS <<< "$K3_DECODE_ARGS"
+  i=0
+  for c in "${CALLS[@]}"; do
+    i=$((i + 1))
+    stamp "k3_cuda_decode_bench $c"
+    # shellcheck disable=SC2086
+    timeout 300 $B/k3_cuda_decode_bench $c > "$OUT/decode_$i.txt" 2>&1
+    echo "rc=$?"; grep -vE '^\s*$|upload|filling' "$OUT/decode_$i.txt" | tail -25
+  done
+fi
 stamp done

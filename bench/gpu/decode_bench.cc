@@ -17,7 +17,7 @@
 //   mpirun -np 2 k3_cuda_decode_bench --preset slice --layers 8 --ctx 4096,16384 --batches 1
 //   k3_cuda_decode_bench --model ../shared/data/golden/k3-golden-a.gguf --ctx 256
 //   k3_cuda_decode_bench --preset slice --layers 8 --batches 0 --prefill 4096,8192 --chunk 2048
-//   ncu --profile-from-start off --clock-control none --print-summary per-kernel \
+//   ncu --profile-from-start off --clock-control none --print-summary per-kernel (then:)
 //       k3_cuda_decode_bench --preset slice --layers 4 --batches 1 --steps 4 --ncu-step
 // --tc-mla-decode: decode steps' MLA attention on tensor cores (CudaEngineOptions::tc_mla_decode);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
