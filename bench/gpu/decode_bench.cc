@@ -19,7 +19,8 @@
 //   k3_cuda_decode_bench --preset slice --layers 8 --batches 0 --prefill 4096,8192 --chunk 2048
 //   ncu --profile-from-start off --clock-control none --print-summary per-kernel (then:)
 //       k3_cuda_decode_bench --preset slice --layers 4 --batches 1 --steps 4 --ncu-step
-// --tc-mla-decode: decode steps' MLA attention on tensor cores (CudaEngineOptions::tc_mla_decode);
+// --exact-mla-decode: decode steps' MLA attention on the exact f32 kernel (the default, --tc-mla-decode:
+// tensor cores, CudaEngineOptions::tc_mla_decode);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
 // --f16: the MLA cache in f16.
 #include <algorithm>
@@ -85,7 +86,7 @@ int main(int argc, char** argv) {
 int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048;
-  bool f16 = false, graphs = true, ncu_step = false, tc_mla = false, int8_experts = false;
+  bool f16 = false, graphs = true, ncu_step = false, tc_mla = true, int8_experts = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -102,7 +103,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--prefill") prefill_s = next();
     else if (a == "--chunk") chunk = std::stoll(next());
     else if (a == "--f16") f16 = true;
-    else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (CudaEngineOptions)
+    else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (the default)
+    else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop

@@ -52,11 +52,13 @@ std::vector<std::vector<int32_t>> ReadPrompts() {
   return out;
 }
 
-// The exact path (f32 GEMV products in prefill too), whose results the golden bars hold for; the
-// fast path (tensor-core GEMM for chunks of > 16 rows) is compared rank count to rank count below.
+// The exact path (f32 GEMV products in prefill too, the f32 MLA decode kernel), whose results the
+// golden bars hold for; the fast path (tensor-core GEMM for chunks of > 16 rows) is compared rank
+// count to rank count below.
 CudaEngineOptions BaseOptions(bool graphs, bool exact = true) {
   CudaEngineOptions o;
   o.exact_prefill = exact;
+  o.tc_mla_decode = false;
   o.max_seqs = 8;
   o.max_batch = 4;
   o.cache_tokens = 4096;

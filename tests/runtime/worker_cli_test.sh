@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # k3-worker refuses a missing or doubled model source, --synth, --prefill-chunk and the CUDA fast
-# paths (--int8-experts, --tc-mla-decode) without the GPU backend, a value given to a bare flag,
+# options (--int8-experts, --tc-mla-decode, --exact-mla-decode) without the GPU backend, the two MLA
+# decode flags together, a value given to a bare flag,
 # and a doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs:
 # each case is one process, no mpirun); a prompt read from --prompt-file generates what the same
 # ids given with --prompt do.
@@ -24,8 +25,10 @@ expect "model and synth" "exactly one of --model FILE and --synth PRESET" --mode
 expect "synth on cpu" "needs --backend cuda" --synth tiny
 expect "negative seed" "want numbers >= 0" --backend cuda --synth tiny --synth-seed -1
 expect "prefill chunk on cpu" "prefill-chunk wants tokens >= 1 and --backend cuda" --model "$golden" --prefill-chunk 64
-expect "int8 experts on cpu" "paths of the CUDA engine" --model "$golden" --int8-experts
-expect "tc mla decode on cpu" "paths of the CUDA engine" --model "$golden" --tc-mla-decode
+expect "int8 experts on cpu" "options of the CUDA engine" --model "$golden" --int8-experts
+expect "tc mla decode on cpu" "options of the CUDA engine" --model "$golden" --tc-mla-decode
+expect "exact mla decode on cpu" "options of the CUDA engine" --model "$golden" --exact-mla-decode
+expect "both mla decode flags" "exclude each other" --backend cuda --synth tiny --tc-mla-decode --exact-mla-decode
 expect "flag with a value" "int8-experts takes no value" --backend cuda --synth tiny --int8-experts yes
 expect "prompt and prompt file" "one of --prompt and --prompt-file" --model "$golden" --prompt "1 2" --prompt-file /dev/null
 expect "missing prompt file" "cannot read --prompt-file" --model "$golden" --prompt-file /nonexistent/prompt.txt

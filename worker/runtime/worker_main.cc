@@ -22,8 +22,9 @@
 //       [--int8-experts]                cuda: decode steps' routed-expert GEMVs on int8 inputs
 //                                       (CudaEngineOptions::int8_expert_x; not exact, held to llama.cpp's
 //                                       closeness on the golden model)
-//       [--tc-mla-decode]               cuda: decode steps' MLA attention on tensor cores
-//                                       (CudaEngineOptions::tc_mla_decode; for long contexts)
+//       [--exact-mla-decode]            cuda: decode steps' MLA attention on the exact f32 kernel
+//                                       instead of tensor cores (CudaEngineOptions::tc_mla_decode
+//                                       off; --tc-mla-decode, the default, is still accepted)
 //   SPDLOG_LEVEL=debug (mpirun -x): the leader logs each step's time beside its handler's own
 #include <algorithm>
 #include <csignal>
@@ -197,7 +198,8 @@ struct ModelSource {
 // The CUDA engine's optional fast paths (flags without values).
 struct CudaFastPaths {
   bool int8_experts = false;
-  bool tc_mla_decode = false;
+  bool tc_mla_decode = false;     // the flag given (the engine's default anyway)
+  bool exact_mla_decode = false;  // the flag given: tensor-core MLA decode off
 };
 
 #ifdef K3_HAVE_CUDA_BACKEND
@@ -226,7 +228,7 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3:
   opt.cache_tokens = cache_tokens;
   if (prefill_chunk > 0) opt.prefill_chunk = prefill_chunk;
   opt.int8_expert_x = fast.int8_experts;
-  opt.tc_mla_decode = fast.tc_mla_decode;
+  opt.tc_mla_decode = !fast.exact_mla_decode;
   opt.verbose = rank == 0;
   std::unique_ptr<k3::engine_cuda::CudaEngine> engine;
   if (!model.path.empty()) {
@@ -273,7 +275,8 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_ASSIGN_OR_RETURN(int64_t prefill_chunk, args.Int("prefill-chunk", 0));
   CudaFastPaths fast;
   for (auto [name, flag] : {std::pair<const char*, bool*>{"int8-experts", &fast.int8_experts},
-                            std::pair<const char*, bool*>{"tc-mla-decode", &fast.tc_mla_decode}}) {
+                            std::pair<const char*, bool*>{"tc-mla-decode", &fast.tc_mla_decode},
+                            std::pair<const char*, bool*>{"exact-mla-decode", &fast.exact_mla_decode}}) {
     *flag = args.Has(name);
     if (*flag && !args.Str(name).empty()) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
@@ -290,8 +293,12 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   const std::string backend = args.Str("backend", "cpu");
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
-  if ((fast.int8_experts || fast.tc_mla_decode) && backend != "cuda") {
-    return absl::InvalidArgumentError("--int8-experts and --tc-mla-decode are paths of the CUDA engine (--backend cuda)");
+  if ((fast.int8_experts || fast.tc_mla_decode || fast.exact_mla_decode) && backend != "cuda") {
+    return absl::InvalidArgumentError(
+        "--int8-experts, --tc-mla-decode and --exact-mla-decode are options of the CUDA engine (--backend cuda)");
+  }
+  if (fast.tc_mla_decode && fast.exact_mla_decode) {
+    return absl::InvalidArgumentError("--tc-mla-decode and --exact-mla-decode exclude each other");
   }
   if (prefill_chunk < 0 || (prefill_chunk > 0 && backend != "cuda")) {
     return absl::InvalidArgumentError("--prefill-chunk wants tokens >= 1 and --backend cuda (the CPU engine takes a "
