@@ -67,15 +67,20 @@ __global__ void __launch_bounds__(kThreads) PartialKernel(const MixArgs a) {
 __global__ void __launch_bounds__(kThreads) BlendKernel(const MixArgs a) {
   __shared__ float p[kVecs];
   const int64_t t = blockIdx.y, split = blockIdx.x;
-  if (threadIdx.x < a.n_vec) {
-    const int v = threadIdx.x;
+  // The splits' partial sums of vector v, summed by warp v % 8: lane j takes splits j, j + 32, ...,
+  // then the butterfly (a fixed order). One thread walking the 28 splits of a 7168 row waited on
+  // 28 dependent L2 loads: 6.5 us per mix on an H200.
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  for (int v = warp; v < a.n_vec; v += kThreads / 32) {
     float ss = 0.0f, dot = 0.0f;
-    for (int64_t s = 0; s < a.n_splits; ++s) {
-      const float* q = a.ws + ((t * a.n_splits + s) * kVecs + v) * 2;
-      ss += q[0];
-      dot += q[1];
+    for (int64_t s = lane; s < a.n_splits; s += 32) {
+      const float2 q = *reinterpret_cast<const float2*>(a.ws + ((t * a.n_splits + s) * kVecs + v) * 2);
+      ss += q.x;
+      dot += q.y;
     }
-    p[v] = dot * rsqrtf(ss / static_cast<float>(a.n) + a.eps);
+    ss = detail::WarpSum(ss);
+    dot = detail::WarpSum(dot);
+    if (lane == 0) p[v] = dot * rsqrtf(ss / static_cast<float>(a.n) + a.eps);
   }
   __syncthreads();
   // softmax over the n_vec scores, as the CPU does it (f32, max-shifted)
