@@ -727,6 +727,24 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       // GEMV-sized steps read four projections of m.h (q | k | v | g) in one launch.
       const bool stacked = !grouped && w.in_proj.direct != nullptr;
       const int64_t Wp = w.in_proj.rows;
+      // The gate (f_a, f_b) and beta chains read only m.h: in decode-sized steps they run on the
+      // side stream while the q|k|v|g GEMV and the convs run here (joined before KdaDecode).
+      const bool side = !grouped;
+      auto gate_and_beta = [&](cudaStream_t st) -> cudaError_t {
+        cudaError_t e = Product(w.f_a, m.h, H, m.fa, hd, n, exact, gws, st);
+        if (e == cudaSuccess) e = Product(w.f_b, m.fa, hd, m.g, D, n, exact, gws, st);
+        cuda::KdaGateParams gp{m.g, w.dt_bias, w.a, m.g, n, nh, hd, D, D, c.has_gate_lower_bound, c.gate_lower_bound};
+        if (e == cudaSuccess) e = cuda::KdaGate(gp, st);
+        if (e == cudaSuccess) e = Product(w.beta, m.h, H, m.beta, nh, n, exact, gws, st);
+        cuda::SigmoidParams sp{m.beta, m.beta, n * nh};
+        if (e == cudaSuccess) e = cuda::Sigmoid(sp, st);
+        return e;
+      };
+      if (side) {
+        K3_CU(cudaEventRecord(fork_event_, s));
+        K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+        K3_CU(gate_and_beta(side_stream_));
+      }
       if (stacked) K3_CU(Gemv(w.in_proj, m.h, H, m.in_proj, Wp, n, s));
       for (int which = 0; which < 3; ++which) {
         if (!stacked) K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
@@ -747,13 +765,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       }
       K3_CU(Rms(m.kq, m.kq, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
       K3_CU(Rms(m.kk, m.kk, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
-      K3_CU(Prod(w.f_a, m.h, H, m.fa, hd, n));
-      K3_CU(Prod(w.f_b, m.fa, hd, m.g, D, n));
-      cuda::KdaGateParams gp{m.g, w.dt_bias, w.a, m.g, n, nh, hd, D, D, c.has_gate_lower_bound, c.gate_lower_bound};
-      K3_CU(cuda::KdaGate(gp, s));
-      K3_CU(Prod(w.beta, m.h, H, m.beta, nh, n));
-      cuda::SigmoidParams sp{m.beta, m.beta, n * nh};
-      K3_CU(cuda::Sigmoid(sp, s));
+      if (side) {
+        K3_CU(cudaEventRecord(join_event_, side_stream_));
+        K3_CU(cudaStreamWaitEvent(s, join_event_, 0));
+      } else {
+        K3_CU(gate_and_beta(s));
+      }
       cuda::KdaDecodeParams kp;
       kp.state = m.kda_state + ki * options_.max_seqs * state_floats;
       kp.state_slot_stride = static_cast<int64_t>(state_floats);

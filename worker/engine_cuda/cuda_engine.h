@@ -223,10 +223,11 @@ class CudaEngine {
   std::unique_ptr<Impl> impl_;
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
-  // Decode steps run a MoE layer's shared experts on side_stream_ (forked from and joined back to
-  // stream_ by the two events, so a graph capture takes both branches) while the router, the
-  // routing and the routed experts run on stream_: the shared GEMVs stream weights at HBM speed
-  // while the routing's small latency-bound kernels would otherwise leave it idle.
+  // Decode steps run independent branches on side_stream_ (forked from and joined back to stream_
+  // by the two events, so a graph capture takes both): a MoE layer's shared experts beside the
+  // router, routing and routed experts (the shared GEMVs stream weights at HBM speed while the
+  // routing's small latency-bound kernels would leave it idle), a KDA layer's gate and beta
+  // chains beside its q|k|v|g GEMV and convs.
   cudaStream_t side_stream_ = nullptr;
   cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
   coll::Communicator* comm_ = nullptr;  // several ranks only
