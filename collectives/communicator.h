@@ -43,6 +43,10 @@ class Communicator {
   // On root: recv[r * bytes ..) = rank r's send. recv is ignored elsewhere.
   virtual absl::Status Gather(const void* send, void* recv, int64_t bytes, int root) = 0;
   virtual absl::Status Barrier() = 0;
+  // A failure the collectives recorded without a host synchronization (a GPU-side wait for a peer
+  // that timed out inside a graph replay, say), read without waiting: call it after a step's
+  // stream synchronization. OK when there is none or the implementation records none.
+  virtual absl::Status Health() const { return absl::OkStatus(); }
 
   const CollectiveStats& stats() const { return stats_; }
   void ResetStats() { stats_ = {}; }

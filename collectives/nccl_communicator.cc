@@ -75,6 +75,7 @@ class NcclCommunicator final : public Communicator {
     return absl::OkStatus();
   }
   absl::Status CheckPeerHealth() const { return peer_ != nullptr ? peer_->CheckHealth() : absl::OkStatus(); }
+  absl::Status Health() const override { return CheckPeerHealth(); }
   const absl::Status& peer_status() const { return peer_status_; }
 
  private:

@@ -92,6 +92,7 @@ CudaEngine::~CudaEngine() {
   impl_.reset();
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
+  if (mid_event_) cudaEventDestroy(mid_event_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_ && own_stream_) cudaStreamDestroy(stream_);
 }
@@ -200,6 +201,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_CU(cudaStreamCreateWithFlags(&side_stream_, cudaStreamNonBlocking));
   K3_CU(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   K3_CU(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
+  K3_CU(cudaEventCreateWithFlags(&mid_event_, cudaEventDisableTiming));
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
   const int64_t H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
@@ -325,13 +327,16 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   if (comm_ != nullptr) {
     // Eager all-reduces of every size a step uses at 1 and B rows, before any capture: NCCL
     // connects its peers on first use, which must not happen inside a graph capture.
+    // Every rank loaded before the first all-reduce: the peer path's GPU-side wait for a peer is
+    // bounded (10 s), and one rank may load much longer than another.
+    K3_RETURN_IF_ERROR(comm_->Barrier());
     K3_CU(cudaMemsetAsync(m.reduce, 0, B * (L + H) * sizeof(float), stream_));
     for (int64_t n : {int64_t{1}, MB}) {
       K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * H));
       K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * L));
       K3_RETURN_IF_ERROR(AllReduce(m.reduce, n * (L + H)));
     }
-    K3_CU(cudaStreamSynchronize(stream_));
+    K3_RETURN_IF_ERROR(SyncStream());
     comm_->ResetStats();
   }
   return absl::OkStatus();
@@ -627,14 +632,30 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       const DMla& w = lw.mla;
       const int64_t qk = c.mla_qk_head_dim(), row = c.mla_row, lora = c.kv_lora_rank, vd = c.v_head_dim;
       const int64_t ql = c.q_lora_rank, nope = c.qk_nope_dim, rope = c.qk_rope_dim;
-      K3_CU(Prod(w.q_a, m.h, H, m.qa, ql, n));
-      K3_CU(Rms(m.qa, m.qa, w.q_a_norm, n, ql, eps, s));
-      K3_CU(Prod(w.q_b, m.qa, ql, m.qf, nh * qk, n));
-      K3_CU(Prod(w.kv_a, m.h, H, m.mkv, row, n));
       void* layer_cache = static_cast<uint8_t*>(m.mla_cache) + ki * options_.page_size * row * elem;
       MlaAppendParams ap{m.mkv, row, w.kv_a_norm, layer_cache, options_.cache_f16, page_elems, row,
                          options_.page_size, bt_d, MP, lens_d, n, lora, row, eps};
-      K3_CU(MlaAppend(ap, s));
+      // Decode-sized steps: kv_a + the cache append, then the output gate's GEMV, on the side
+      // stream beside the q chain (mid_event_: the cache rows are in before attention reads them).
+      const bool side = !grouped;
+      if (side) {
+        K3_CU(cudaEventRecord(fork_event_, s));
+        K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+        K3_CU(Gemv(w.kv_a, m.h, H, m.mkv, row, n, side_stream_));
+        K3_CU(MlaAppend(ap, side_stream_));
+        K3_CU(cudaEventRecord(mid_event_, side_stream_));
+        if (w.has_gate) K3_CU(Gemv(w.gate, m.h, H, m.mgate, nh * vd, n, side_stream_));
+        K3_CU(cudaEventRecord(join_event_, side_stream_));
+      }
+      K3_CU(Prod(w.q_a, m.h, H, m.qa, ql, n));
+      K3_CU(Rms(m.qa, m.qa, w.q_a_norm, n, ql, eps, s));
+      K3_CU(Prod(w.q_b, m.qa, ql, m.qf, nh * qk, n));
+      if (side) {
+        K3_CU(cudaStreamWaitEvent(s, mid_event_, 0));
+      } else {
+        K3_CU(Prod(w.kv_a, m.h, H, m.mkv, row, n));
+        K3_CU(MlaAppend(ap, s));
+      }
       if (grouped) {  // one GEMM per head over all rows
         for (int64_t hh = 0; hh < nh; ++hh) {
           K3_CU(Prod(Slice(w.k_b, hh), m.qf + hh * qk, nh * qk, m.qabs + hh * row, nh * row, n));
@@ -710,8 +731,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       } else {
         K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
       }
+      if (side) K3_CU(cudaStreamWaitEvent(s, join_event_, 0));
       if (w.has_gate) {
-        K3_CU(Prod(w.gate, m.h, H, m.mgate, nh * vd, n));
+        if (!side) K3_CU(Prod(w.gate, m.h, H, m.mgate, nh * vd, n));
         cuda::SigmoidGateMulParams gp{m.mo, m.mgate, n, nh * vd, nh * vd, nh * vd};
         K3_CU(cuda::SigmoidGateMul(gp, s));
       }
@@ -815,14 +837,17 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_RETURN_IF_ERROR(mark(kMoe));
       const DMoe& w = lw.moe;
       const int64_t E = c.n_experts, K = c.n_experts_used, L = c.expert_latent, Fw = w.gate_exps.rows;
-      // Decode-sized steps: the shared experts on the side stream, concurrent with the routing and
-      // the routed experts below (disjoint buffers; their GEMVs take no workspace). Larger steps
-      // keep one stream: their GEMMs share the GEMM workspace.
-      const bool side = w.has_shared && !grouped;
+      // Decode-sized steps: the latent down-projection, then the shared experts, on the side
+      // stream, concurrent with the router and routing, then the routed experts (disjoint buffers;
+      // their GEMVs take no workspace). Larger steps keep one stream: their GEMMs share the GEMM
+      // workspace.
+      const bool side = !grouped;
       if (side) {
         K3_CU(cudaEventRecord(fork_event_, s));
         K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
-        K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
+        K3_CU(Gemv(w.routed_down, m.h, H, m.r, L, n, side_stream_));
+        K3_CU(cudaEventRecord(mid_event_, side_stream_));
+        if (w.has_shared) K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
       }
       K3_CU(Gemv(w.router, m.h, H, m.rlogits, E, n, s));
       cuda::MoeRouterParams rp;
@@ -838,7 +863,11 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       rp.ids = m.ids;
       rp.weights = m.wts;
       K3_CU(cuda::MoeRoute(rp, s));
-      K3_CU(Prod(w.routed_down, m.h, H, m.r, L, n));
+      if (side) {
+        K3_CU(cudaStreamWaitEvent(s, mid_event_, 0));  // m.r
+      } else {
+        K3_CU(Prod(w.routed_down, m.h, H, m.r, L, n));
+      }
       float* mm = m.reduce;
       float* sh = m.reduce + n * L;
       if (grouped) {
@@ -939,13 +968,18 @@ absl::Status CudaEngine::LaunchDecode(std::span<const SeqId> ids, std::span<cons
   return absl::OkStatus();
 }
 
+absl::Status CudaEngine::SyncStream() {
+  K3_CU(cudaStreamSynchronize(stream_));
+  return comm_ != nullptr ? comm_->Health() : absl::OkStatus();
+}
+
 absl::Status CudaEngine::Decode(std::span<const SeqId> ids, std::span<const int32_t> tokens, float* host_logits) {
   K3_RETURN_IF_ERROR(LaunchDecode(ids, tokens));
   const size_t n = ids.size(), band = static_cast<size_t>(shard_.vocab_width);
   if (host_logits != nullptr) {
     K3_CU(cudaMemcpyAsync(impl_->logits_h, impl_->logits, n * band * sizeof(float), cudaMemcpyDeviceToHost, stream_));
   }
-  K3_CU(cudaStreamSynchronize(stream_));
+  K3_RETURN_IF_ERROR(SyncStream());
   if (host_logits != nullptr) std::memcpy(host_logits, impl_->logits_h, n * band * sizeof(float));
   Commit(ids);
   return absl::OkStatus();
@@ -956,7 +990,7 @@ absl::StatusOr<StepProfile> CudaEngine::DecodeProfiled(std::span<const SeqId> id
   K3_RETURN_IF_ERROR(Prepare(ids, tokens, &view));
   std::vector<std::pair<int, cudaEvent_t>> marks;
   absl::Status st = Enqueue(view, &marks);
-  K3_CU(cudaStreamSynchronize(stream_));
+  K3_RETURN_IF_ERROR(SyncStream());
   K3_ASSIGN_OR_RETURN(StepProfile prof, Collect(marks));
   K3_RETURN_IF_ERROR(st);
   Commit(ids);
@@ -1001,7 +1035,7 @@ absl::Status CudaEngine::Prefill(SeqId id, std::span<const int32_t> tokens, bool
       st = CudaStatus(cudaMemcpyAsync(dst, impl_->logits, view.head_rows * band * sizeof(float), cudaMemcpyDeviceToHost, stream_),
               "logits download");
     }
-    K3_CU(cudaStreamSynchronize(stream_));  // also frees the pinned metadata for the next chunk
+    K3_RETURN_IF_ERROR(SyncStream());  // also frees the pinned metadata for the next chunk
     if (profile != nullptr) {
       K3_ASSIGN_OR_RETURN(StepProfile p, Collect(marks));
       profile->Add(p);
@@ -1096,7 +1130,7 @@ absl::Status CudaEngine::DownloadSummaries(int64_t rows, int32_t n, std::span<fl
       K3_CU(cudaMemcpyAsync(full[j], m.logits + j * band, band * sizeof(float), cudaMemcpyDeviceToHost, stream_));
     }
   }
-  K3_CU(cudaStreamSynchronize(stream_));
+  K3_RETURN_IF_ERROR(SyncStream());
   return absl::OkStatus();
 }
 

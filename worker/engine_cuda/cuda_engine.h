@@ -208,6 +208,9 @@ class CudaEngine {
   absl::Status DownloadSummaries(int64_t rows, int32_t n, std::span<float* const> full);
   absl::Status PreparePrefill(SeqId seq, std::span<const int32_t> tokens, StepView* view);
   absl::Status Enqueue(const StepView& view, std::vector<std::pair<int, cudaEvent_t>>* marks);
+  // Waits for the stream, then asks the communicator whether its collectives failed on the GPU
+  // meanwhile (Communicator::Health): a step whose all-reduce timed out is an error, not logits.
+  absl::Status SyncStream();
   absl::StatusOr<StepProfile> Collect(std::vector<std::pair<int, cudaEvent_t>>& marks);
   void Commit(std::span<const SeqId> seqs);
 
@@ -224,12 +227,12 @@ class CudaEngine {
   cudaStream_t stream_ = nullptr;
   bool own_stream_ = false;
   // Decode steps run independent branches on side_stream_ (forked from and joined back to stream_
-  // by the two events, so a graph capture takes both): a MoE layer's shared experts beside the
-  // router, routing and routed experts (the shared GEMVs stream weights at HBM speed while the
-  // routing's small latency-bound kernels would leave it idle), a KDA layer's gate and beta
-  // chains beside its q|k|v|g GEMV and convs.
+  // by events, so a graph capture takes both): a MoE layer's latent down-projection and shared
+  // experts beside the router, routing and routed experts (the GEMVs stream weights at HBM speed
+  // while the routing's small latency-bound kernels would leave it idle; mid_event_ hands the
+  // latent rows over), a KDA layer's gate and beta chains beside its q|k|v|g GEMV and convs.
   cudaStream_t side_stream_ = nullptr;
-  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr;
+  cudaEvent_t fork_event_ = nullptr, join_event_ = nullptr, mid_event_ = nullptr;
   coll::Communicator* comm_ = nullptr;  // several ranks only
   uint64_t weight_bytes_ = 0;
   std::unordered_map<SeqId, Sequence> seqs_;
