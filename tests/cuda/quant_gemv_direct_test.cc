@@ -415,6 +415,104 @@ TEST(QuantGemvDirectTest, RouterF32AndHalfTypes) {
   CheckShape(GgmlType::kF16, 7168, 1536, 15);
 }
 
+// QuantGemvMma (tensor cores, f16 operands): against the CPU on the checked rows, twice — the exact
+// product (weights and x as f32) within 2e-3 · Σ|w x| (two f16 roundings per product), and the same
+// sum with w = f16(d·q) and f16(x) emulated on the host within 2e-5 · Σ|w x| (f32 accumulation
+// only: a wrong operand mapping fails it by orders of magnitude); y's padding untouched; a token's
+// row equal, bit for bit, whether it came alone or in a pass of 16 (batch invariance), and calls of
+// more than 16 tokens (passes) equal to their 16-token pieces.
+void CheckMma(int64_t rows, int64_t cols, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "mma " << cols << " -> " << rows);
+  std::mt19937_64 rng(seed);
+  DeviceWeights w(GgmlType::kQ8_0, rows, cols);
+  MakeWeights(w, rng);
+  if (::testing::Test::HasFatalFailure()) return;
+  constexpr int64_t kTokens = 40;
+  const int64_t x_stride = cols + 4, y_stride = rows + 3;
+  const std::vector<float> hx = Normal(rng, kTokens * x_stride, 0.0, 1.0);
+  DeviceBuffer<float> x(hx);
+  auto run = [&](int64_t t0, int64_t m) {
+    DeviceBuffer<float> y(static_cast<size_t>(m * y_stride));
+    y.Poison();
+    QuantGemvDirectParams p;
+    p.type = GgmlType::kQ8_0;
+    p.weight = w.direct.get();
+    p.rows = rows;
+    p.cols = cols;
+    p.x = x.get() + t0 * x_stride;
+    p.x_stride = x_stride;
+    p.y = y.get();
+    p.y_stride = y_stride;
+    p.n_tokens = m;
+    EXPECT_EQ(QuantGemvMma(p, nullptr), cudaSuccess);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    std::vector<float> out = y.Download();
+    int64_t pad = 0;
+    for (int64_t t = 0; t < m; ++t) {
+      for (int64_t r = rows; r < y_stride; ++r) pad += !std::isnan(out[t * y_stride + r]);
+    }
+    EXPECT_EQ(pad, 0) << "writes past rows";
+    return out;
+  };
+  const std::vector<float> all = run(0, kTokens);  // passes of 16, 16, 8
+  for (int64_t t0 : {int64_t{0}, int64_t{16}, int64_t{32}}) {
+    const int64_t m = std::min<int64_t>(16, kTokens - t0);
+    const std::vector<float> piece = run(t0, m);
+    for (int64_t t = 0; t < m; ++t) {
+      EXPECT_TRUE(BitEqual(piece.data() + t * y_stride, all.data() + (t0 + t) * y_stride, rows))
+          << "pass at " << t0 << ", token " << t;
+    }
+  }
+  for (int64_t t : {int64_t{0}, int64_t{5}, int64_t{15}}) {
+    const std::vector<float> alone = run(t, 1);
+    EXPECT_TRUE(BitEqual(alone.data(), all.data() + t * y_stride, rows)) << "token " << t << " alone";
+  }
+  const std::vector<int64_t> checked = CheckedRows(rows, cols);
+  std::vector<float> wrow(cols);
+  std::vector<float> got;
+  std::vector<double> want_exact, want_f16, bound_exact, bound_f16;
+  const quant::TypeTraits& tr = quant::Traits(GgmlType::kQ8_0);
+  for (int64_t r : checked) {
+    const uint8_t* row = w.host.data() + r * w.row_bytes;
+    quant::DequantizeRow(GgmlType::kQ8_0, row, wrow.data(), cols);
+    for (int64_t t = 0; t < kTokens; t += 3) {
+      const float* xt = hx.data() + t * x_stride;
+      double exact = 0, emul = 0, mag = 0;
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint8_t* blk = row + (c / 32) * tr.block_bytes;
+        uint16_t dh;
+        std::memcpy(&dh, blk, 2);
+        const float q = static_cast<float>(static_cast<int8_t>(blk[2 + c % 32]));
+        const float w16 = quant::F16ToF32(quant::F32ToF16(quant::F16ToF32(dh) * q));
+        const float x16 = quant::F16ToF32(quant::F32ToF16(xt[c]));
+        exact += static_cast<double>(wrow[c]) * xt[c];
+        emul += static_cast<double>(w16) * x16;
+        mag += std::fabs(static_cast<double>(wrow[c]) * xt[c]);
+      }
+      got.push_back(all[t * y_stride + r]);
+      want_exact.push_back(exact);
+      want_f16.push_back(emul);
+      bound_exact.push_back(2e-3 * mag + 1e-30);
+      bound_f16.push_back(2e-5 * mag + 1e-30);
+    }
+  }
+  EXPECT_TRUE(AllClose(got, want_exact, 0.0, 0.0, &bound_exact)) << "against the exact product";
+  EXPECT_TRUE(AllClose(got, want_f16, 0.0, 0.0, &bound_f16)) << "against the f16-operand product";
+}
+
+TEST(QuantGemvDirectTest, MmaSmallBatches) {
+  K3_REQUIRE_GPU();
+  CheckMma(12288, 7168, 61);  // kda q/k/v/g
+  CheckMma(7168, 12288, 62);  // attention output
+  CheckMma(576, 7168, 63);    // kv_a: 18 row blocks, 16 slices
+  CheckMma(100, 128, 64);     // a partial last block of rows, two steps
+  CheckMma(33, 64, 65);       // one step
+  // refused: cols not a multiple of 64, other types
+  EXPECT_FALSE(QuantGemvMmaSupports(GgmlType::kQ8_0, 96));
+  EXPECT_FALSE(QuantGemvMmaSupports(GgmlType::kF32, 128));
+  EXPECT_TRUE(QuantGemvMmaSupports(GgmlType::kQ8_0, 7168));
+}
+
 TEST(QuantGemvDirectTest, GraphReplayMatchesDirectCall) {
   K3_REQUIRE_GPU();
   std::mt19937_64 rng(3);

@@ -103,4 +103,19 @@ struct QuantGemvDirectPlan {
 // False for an unsupported type or a shape QuantGemvDirect would refuse.
 bool QuantGemvDirectPlanFor(quant::GgmlType type, int64_t rows, int64_t cols, QuantGemvDirectPlan* plan);
 
+// ---- the small-batch product on tensor cores (gemv_direct_mma.cu) ------------------------------
+
+// The same product for a few tokens on mma.sync (m16n8k16, f16 operands, f32 accumulation): the
+// repacked Q8_0 weights straight to registers as f16(d·q), x rounded to f16, one pass per 16
+// tokens reading every weight once (the f32 GEMV pays one FMA per weight and token; from ~8 tokens
+// that, not HBM, is its limit). Not the f32 GEMV's numbers (~1e-3 relative per product, the tile
+// GEMM's class); deterministic, and a token's result does not depend on the others of the call.
+inline constexpr int kQuantGemvMmaTokens = 16;  // tokens per pass; more are looped on the host
+
+// True for kQ8_0 (repacked) with cols a multiple of 64.
+bool QuantGemvMmaSupports(quant::GgmlType type, int64_t cols);
+
+// As QuantGemvDirect (same params, same checks and errors; one kernel per pass of 16 tokens).
+cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream);
+
 }  // namespace k3::cuda
