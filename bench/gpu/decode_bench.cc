@@ -22,6 +22,8 @@
 // --exact-mla-decode: decode steps' MLA attention on the exact f32 kernel (the default, --tc-mla-decode:
 // tensor cores, CudaEngineOptions::tc_mla_decode);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
+// --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
+// (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --f16: the MLA cache in f16.
 #include <algorithm>
 #include <chrono>
@@ -85,7 +87,7 @@ int main(int argc, char** argv) {
 
 int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
-  int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048;
+  int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   bool f16 = false, graphs = true, ncu_step = false, tc_mla = true, int8_experts = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -106,6 +108,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (the default)
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
+    else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
@@ -137,6 +140,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.cache_f16 = f16;
   opt.tc_mla_decode = tc_mla;
   opt.int8_expert_x = int8_experts;
+  if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
   opt.use_graphs = graphs;
   opt.verbose = lead;
 #ifdef K3_BENCH_NCCL
@@ -189,9 +193,10 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead) {
     std::printf("model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-                "decode MLA %s; expert inputs %s\n", what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s,
-                f16 ? "f16" : "f32", graphs ? "on" : "off", tc_mla ? "tensor cores" : "exact",
-                int8_experts ? "int8" : "f32");
+                "decode MLA %s; expert inputs %s; dense products on the GEMV up to %lld rows\n", what.c_str(),
+                c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
+                tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32",
+                static_cast<long long>(opt.dense_gemv_max_rows));
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
     std::fflush(stdout);

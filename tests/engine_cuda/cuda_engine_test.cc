@@ -4,6 +4,7 @@
 // f16 cache). Skips when no CUDA device is usable.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -86,13 +87,13 @@ class CudaGoldenTest : public ::testing::Test {
     ASSERT_EQ(prompts_.size(), 4u);
   }
   std::unique_ptr<CudaEngine> Open(bool f16, bool graphs, int64_t prefill_chunk = 512, bool exact = false,
-                                   bool tc_mla_decode = false, bool int8_expert_x = false) {
+                                   bool tc_mla_decode = false, bool int8_expert_x = false, int64_t max_batch = 4) {
     CudaEngineOptions opt;
     opt.exact_prefill = exact;
     opt.tc_mla_decode = tc_mla_decode;
     opt.int8_expert_x = int8_expert_x;
-    opt.max_seqs = 8;
-    opt.max_batch = 4;
+    opt.max_seqs = std::max<int64_t>(8, max_batch);
+    opt.max_batch = max_batch;
     opt.prefill_chunk = prefill_chunk;
     opt.cache_tokens = 4096;
     opt.page_size = 16;  // several pages per prompt: exercises the block tables
@@ -208,6 +209,47 @@ TEST_F(CudaGoldenTest, Int8ExpertInputsAtLeastAsCloseAsLlamaCpp) {
     got_all.insert(got_all.end(), got.begin(), got.end());
   }
   ExpectAtLeastAsCloseAsLlamaCpp(got_all, e->config().vocab, "int8 expert inputs, token by token");
+}
+
+// Decode steps of more than dense_gemv_max_rows (8) rows run their Q8_0 products on the
+// tensor-core GEMV (f16 operands): the four prompts three times each, 12 sequences decoded side by
+// side token by token, held to llama.cpp's closeness per copy; the copies of a prompt (rows of the
+// same steps) bit-identical, as a token's row does not depend on the others.
+TEST_F(CudaGoldenTest, LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
+  constexpr int kCopies = 3;
+  const int64_t n_seqs = kCopies * static_cast<int64_t>(prompts_.size());
+  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false, n_seqs);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  std::vector<std::vector<float>> out(n_seqs);
+  size_t longest = 0;
+  for (int64_t i = 0; i < n_seqs; ++i) {
+    ASSERT_TRUE(e->Add(800 + i).ok());
+    longest = std::max(longest, prompts_[i % prompts_.size()].size());
+  }
+  for (size_t t = 0; t < longest; ++t) {
+    std::vector<SeqInput> batch;
+    std::vector<int64_t> which;
+    for (int64_t i = 0; i < n_seqs; ++i) {
+      const auto& pr = prompts_[i % prompts_.size()];
+      if (t < pr.size()) {
+        batch.push_back({static_cast<SeqId>(800 + i), std::span<const int32_t>(&pr[t], 1), true});
+        which.push_back(i);
+      }
+    }
+    auto r = e->Forward(batch);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (size_t j = 0; j < which.size(); ++j) out[which[j]].insert(out[which[j]].end(), r->row(j), r->row(j) + V);
+  }
+  for (int c = 0; c < kCopies; ++c) {
+    std::vector<float> got_all;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      const auto& o = out[c * prompts_.size() + p];
+      got_all.insert(got_all.end(), o.begin(), o.end());
+      if (c > 0) EXPECT_EQ(k3::testing::RelL2(out[p], o), 0.0) << "copy " << c << " of prompt " << p;
+    }
+    ExpectAtLeastAsCloseAsLlamaCpp(got_all, V, "decode batches of up to 12, copy " + std::to_string(c));
+  }
 }
 
 // tc_mla_decode: decode steps on the tensor-core MLA attention (f16 q, cache rows and softmax

@@ -59,7 +59,7 @@ struct CudaEngine::Impl : DGlobals {
   int64_t mla_ws_floats = 0;
   float *rlogits, *wts, *wloc, *r, *xe, *ge, *ue, *ye, *reduce, *sg, *su, *dg, *du;
   int32_t *ids, *idloc;
-  // MoE grouped by expert (steps of more than kGemvMaxRows rows): offsets, rows, slots, scratch
+  // MoE grouped by expert (steps of more than kMmaMaxRows rows): offsets, rows, slots, scratch
   int32_t *group_offsets = nullptr, *group_rows = nullptr, *group_slot = nullptr;
   void* group_ws = nullptr;
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
@@ -204,6 +204,9 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_CU(cudaEventCreateWithFlags(&mid_event_, cudaEventDisableTiming));
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
+  if (options.dense_gemv_max_rows < 1 || options.dense_gemv_max_rows > kGemvMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat("dense_gemv_max_rows must be in 1..", kGemvMaxRows));
+  }
   const int64_t H = c.hidden, nh = shard_.n_heads, hd = c.kda_head_dim;
   const int64_t D = nh * hd, taps = c.conv_kernel;
   // Activation buffers hold the larger of a decode batch and a prefill chunk.
@@ -304,7 +307,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     K3_ASSIGN_OR_RETURN(uint8_t* ws, m.Alloc<uint8_t>(cuda::MoeGroupWorkspaceBytes(B, K, El)));
     m.group_ws = ws;
   }
-  if (B > kGemvMaxRows) {
+  if (B > options.dense_gemv_max_rows) {
     // The widest activations a GEMM of this engine reads, as f16: B rows of the widest input,
     // or the B*K grouped expert rows.
     const int64_t widest = std::max({H, D, c.q_lora_rank, nh * c.v_head_dim, L, shard_.dense_width,
@@ -562,20 +565,30 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const int32_t* lens_d = v.lens;
   const int32_t* slots_d = v.slots;
   const int32_t* bt_d = v.block_tables;
-  // Products: the GEMV up to kGemvMaxRows rows, the tensor-core GEMM beyond (unless exact_prefill).
+  // Products (Product, products.h): the f32 GEMV, the tensor-core GEMV up to kMmaMaxRows rows, the
+  // tile GEMM beyond (unless exact_prefill).
   const bool exact = options_.exact_prefill;
   const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes};
+  // Decode steps (one token per sequence) above dense_gemv_max_rows rows take the tensor-core GEMV;
+  // a prefill run of up to kGemvMaxRows tokens stays on the exact f32 GEMV.
+  const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;
   auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows) {
-    return Product(w, x, xs, y, ys, rows, exact, gws, s);
+    return Product(w, x, xs, y, ys, rows, exact, gws, s, gemv_rows);
   };
-  const bool grouped = !exact && n > kGemvMaxRows;  // MoE by expert groups and per-head MLA products
+  // MoE by expert groups and per-head MLA products on the tile GEMM above kMmaMaxRows rows; up to
+  // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
+  // MoE took 40.9 ms per step against 10.7 for the per-pair GEMVs at batch 16).
+  const bool grouped = !exact && n > kMmaMaxRows;
+  // No product of the step takes the tile GEMM (so none uses its workspace): the side stream's
+  // branches may run (Product: steps of up to kMmaMaxRows rows never do).
+  const bool gemv_products = !grouped;
   // A MoE layer's shared experts: out[n][H] = down(situ(gate·h, up·h)), on stream `st`.
   auto SharedExperts = [&](const DMoe& w, const float* h, int64_t rows, float* out, cudaStream_t st) -> cudaError_t {
     const int64_t Fs = w.shared_gate.rows;
-    cudaError_t e = Product(w.shared_gate, h, H, m.sg, Fs, rows, exact, gws, st);
-    if (e == cudaSuccess) e = Product(w.shared_up, h, H, m.su, Fs, rows, exact, gws, st);
+    cudaError_t e = Product(w.shared_gate, h, H, m.sg, Fs, rows, exact, gws, st, gemv_rows);
+    if (e == cudaSuccess) e = Product(w.shared_up, h, H, m.su, Fs, rows, exact, gws, st, gemv_rows);
     if (e == cudaSuccess) e = SituInto(m.sg, m.su, rows, Fs, c, st);
-    if (e == cudaSuccess) e = Product(w.shared_down, m.sg, Fs, out, H, rows, exact, gws, st);
+    if (e == cudaSuccess) e = Product(w.shared_down, m.sg, Fs, out, H, rows, exact, gws, st, gemv_rows);
     return e;
   };
   auto mark = [&](int kind) -> absl::Status {
@@ -637,7 +650,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
                          options_.page_size, bt_d, MP, lens_d, n, lora, row, eps};
       // Decode-sized steps: kv_a + the cache append, then the output gate's GEMV, on the side
       // stream beside the q chain (mid_event_: the cache rows are in before attention reads them).
-      const bool side = !grouped;
+      const bool side = gemv_products;
       if (side) {
         K3_CU(cudaEventRecord(fork_event_, s));
         K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
@@ -747,17 +760,18 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       float* outs[3] = {m.kq, m.kk, m.kv_};
       float* hist = m.conv_hist + ki * options_.max_seqs * conv_floats;
       // GEMV-sized steps read four projections of m.h (q | k | v | g) in one launch.
-      const bool stacked = !grouped && w.in_proj.direct != nullptr;
+      // The stack has only its direct form: steps the GEMV or the tensor-core GEMV takes.
+      const bool stacked = w.in_proj.direct != nullptr && !grouped;
       const int64_t Wp = w.in_proj.rows;
       // The gate (f_a, f_b) and beta chains read only m.h: in decode-sized steps they run on the
       // side stream while the q|k|v|g GEMV and the convs run here (joined before KdaDecode).
-      const bool side = !grouped;
+      const bool side = gemv_products;
       auto gate_and_beta = [&](cudaStream_t st) -> cudaError_t {
-        cudaError_t e = Product(w.f_a, m.h, H, m.fa, hd, n, exact, gws, st);
-        if (e == cudaSuccess) e = Product(w.f_b, m.fa, hd, m.g, D, n, exact, gws, st);
+        cudaError_t e = Product(w.f_a, m.h, H, m.fa, hd, n, exact, gws, st, gemv_rows);
+        if (e == cudaSuccess) e = Product(w.f_b, m.fa, hd, m.g, D, n, exact, gws, st, gemv_rows);
         cuda::KdaGateParams gp{m.g, w.dt_bias, w.a, m.g, n, nh, hd, D, D, c.has_gate_lower_bound, c.gate_lower_bound};
         if (e == cudaSuccess) e = cuda::KdaGate(gp, st);
-        if (e == cudaSuccess) e = Product(w.beta, m.h, H, m.beta, nh, n, exact, gws, st);
+        if (e == cudaSuccess) e = Product(w.beta, m.h, H, m.beta, nh, n, exact, gws, st, gemv_rows);
         cuda::SigmoidParams sp{m.beta, m.beta, n * nh};
         if (e == cudaSuccess) e = cuda::Sigmoid(sp, st);
         return e;
@@ -767,7 +781,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
         K3_CU(gate_and_beta(side_stream_));
       }
-      if (stacked) K3_CU(Gemv(w.in_proj, m.h, H, m.in_proj, Wp, n, s));
+      if (stacked) K3_CU(Product(w.in_proj, m.h, H, m.in_proj, Wp, n, exact, gws, s, gemv_rows));
       for (int which = 0; which < 3; ++which) {
         if (!stacked) K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
         cuda::ShortConvParams cp;
@@ -841,7 +855,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       // stream, concurrent with the router and routing, then the routed experts (disjoint buffers;
       // their GEMVs take no workspace). Larger steps keep one stream: their GEMMs share the GEMM
       // workspace.
-      const bool side = !grouped;
+      const bool side = gemv_products;
       if (side) {
         K3_CU(cudaEventRecord(fork_event_, s));
         K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));

@@ -58,8 +58,22 @@ cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const
 }
 
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                    bool exact_only, GemmScratch ws, cudaStream_t s) {
-  if (exact_only || n <= kGemvMaxRows || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
+                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows) {
+  if (!exact_only && n > gemv_max_rows && n <= kMmaMaxRows && w.direct != nullptr &&
+      cuda::QuantGemvMmaSupports(w.type, w.cols)) {
+    cuda::QuantGemvDirectParams d;
+    d.type = w.type;
+    d.weight = w.direct;
+    d.rows = w.rows;
+    d.cols = w.cols;
+    d.x = x;
+    d.x_stride = x_stride;
+    d.y = y;
+    d.y_stride = y_stride;
+    d.n_tokens = n;
+    return cuda::QuantGemvMma(d, s);
+  }
+  if (exact_only || n <= kMmaMaxRows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
     return Gemv(w, x, x_stride, y, y_stride, n, s);
   }
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);

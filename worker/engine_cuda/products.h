@@ -1,5 +1,5 @@
 // The products and small row ops of a GPU forward, as one call each on the engine's weight views:
-// GEMV (direct-load or block layout) up to kGemvMaxRows rows, the tensor-core GEMM beyond, the
+// GEMV (direct-load or block layout), the tensor-core GEMV for small batches, the tile GEMM, the
 // grouped expert GEMM, stacked per-head / per-expert GEMVs, RMS/L2 norms and situ.
 #pragma once
 
@@ -19,6 +19,13 @@ namespace k3::engine_cuda {
 // their products; up to it, the f32 GEMV (exact up to summation order, batch-invariant).
 inline constexpr int64_t kGemvMaxRows = cuda::kQuantGemvMaxTokens;
 
+// Steps of more rows than the GEMV takes and at most this many run Q8_0 products that have a
+// direct (repacked) form on the tensor-core GEMV (QuantGemvMma: passes of 16 rows, each reading
+// the weights once); the tile GEMM takes the rest. H200, slice8: at 16 rows the LM head 2.67 ->
+// 0.82 ms per step against two f32 GEMV passes; at 64 rows (four passes) 3.46 ms against the tile
+// GEMM's 1.31, hence 32.
+inline constexpr int64_t kMmaMaxRows = 32;
+
 // Scratch of the tensor-core GEMM (its f16 copy of the activations).
 struct GemmScratch {
   void* data = nullptr;
@@ -35,9 +42,13 @@ cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const
                       int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s,
                       bool int8_x = false);
 
-// y = W x for n rows: GEMV or GEMM by row count (exact_only: always the GEMV).
+// y = W x for n rows: the f32 GEMV up to gemv_max_rows rows (<= kGemvMaxRows); then, up to
+// kMmaMaxRows rows, the tensor-core GEMV where w has a direct Q8_0 form and the f32 GEMV for the
+// other matrices (small ones: router, gate and beta projections); the tile GEMM beyond (exact_only:
+// always the f32 GEMV). So steps of up to kMmaMaxRows rows never use the GEMM workspace. A matrix
+// with only its direct form (data null: a stack) never takes the tile GEMM.
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                    bool exact_only, GemmScratch ws, cudaStream_t s);
+                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows);
 
 // Matrix i of a stack as a plain matrix.
 inline DMat Slice(const DStack& w, int64_t i) {
