@@ -579,6 +579,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
   // MoE took 40.9 ms per step against 10.7 for the per-pair GEMVs at batch 16).
   const bool grouped = !exact && n > kMmaMaxRows;
+  // The MoE groups (token, expert) pairs by expert only above kMoePairMaxRows rows: up to it the
+  // per-pair GEMVs are faster than grouped tile GEMMs whose groups hold one or two rows.
+  const bool moe_grouped = !exact && n > kMoePairMaxRows;
   // No product of the step takes the tile GEMM (so none uses its workspace): the side stream's
   // branches may run (Product: steps of up to kMmaMaxRows rows never do).
   const bool gemv_products = !grouped;
@@ -884,7 +887,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       }
       float* mm = m.reduce;
       float* sh = m.reduce + n * L;
-      if (grouped) {
+      if (moe_grouped) {
         // Many rows: (token, choice) pairs grouped by local expert, each expert's weights read
         // once for all its rows (grouped tensor-core GEMMs), then a weighted combine per token.
         const int64_t El = shard_.n_experts;
