@@ -602,6 +602,16 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     marks->push_back({kind, ev});
     return absl::OkStatus();
   };
+  // The side stream starts after everything enqueued on s so far; join_side: s waits for
+  // everything enqueued on the side stream so far.
+  auto fork_side = [&]() -> cudaError_t {
+    const cudaError_t e = cudaEventRecord(fork_event_, s);
+    return e != cudaSuccess ? e : cudaStreamWaitEvent(side_stream_, fork_event_, 0);
+  };
+  auto join_side = [&]() -> cudaError_t {
+    const cudaError_t e = cudaEventRecord(join_event_, side_stream_);
+    return e != cudaSuccess ? e : cudaStreamWaitEvent(s, join_event_, 0);
+  };
   int n_ckpt = 0;
   // Rows [row0, row0 + rows) of src (and of the bank) mixed into dst.
   auto mix = [&](const float* w, const float* src, float* dst, int64_t row0 = 0, int64_t rows = -1) -> cudaError_t {
@@ -655,8 +665,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       // stream beside the q chain (mid_event_: the cache rows are in before attention reads them).
       const bool side = gemv_products;
       if (side) {
-        K3_CU(cudaEventRecord(fork_event_, s));
-        K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+        K3_CU(fork_side());
         K3_CU(Gemv(w.kv_a, m.h, H, m.mkv, row, n, side_stream_));
         K3_CU(MlaAppend(ap, side_stream_));
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
@@ -780,8 +789,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         return e;
       };
       if (side) {
-        K3_CU(cudaEventRecord(fork_event_, s));
-        K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+        K3_CU(fork_side());
         K3_CU(gate_and_beta(side_stream_));
       }
       if (stacked) K3_CU(Product(w.in_proj, m.h, H, m.in_proj, Wp, n, exact, gws, s, gemv_rows));
@@ -805,8 +813,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Rms(m.kq, m.kq, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
       K3_CU(Rms(m.kk, m.kk, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
       if (side) {
-        K3_CU(cudaEventRecord(join_event_, side_stream_));
-        K3_CU(cudaStreamWaitEvent(s, join_event_, 0));
+        K3_CU(join_side());
       } else {
         K3_CU(gate_and_beta(s));
       }
@@ -860,8 +867,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       // workspace.
       const bool side = gemv_products;
       if (side) {
-        K3_CU(cudaEventRecord(fork_event_, s));
-        K3_CU(cudaStreamWaitEvent(side_stream_, fork_event_, 0));
+        K3_CU(fork_side());
         K3_CU(Gemv(w.routed_down, m.h, H, m.r, L, n, side_stream_));
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
         if (w.has_shared) K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
@@ -928,8 +934,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
       }
       if (side) {
-        K3_CU(cudaEventRecord(join_event_, side_stream_));
-        K3_CU(cudaStreamWaitEvent(s, join_event_, 0));
+        K3_CU(join_side());
       } else if (w.has_shared) {
         K3_CU(SharedExperts(w, m.h, n, sh, s));
       }

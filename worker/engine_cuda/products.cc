@@ -24,22 +24,28 @@ P ProductParams(const W& w, const float* x, int64_t x_stride, float* y, int64_t 
   return p;
 }
 
+// The params of the direct-load kernels (QuantGemvDirect, QuantGemvMma) on w's direct form.
+cuda::QuantGemvDirectParams DirectParams(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                                         int64_t n) {
+  cuda::QuantGemvDirectParams d;
+  d.type = w.type;
+  d.weight = w.direct;
+  d.rows = w.rows;
+  d.cols = w.cols;
+  d.x = x;
+  d.x_stride = x_stride;
+  d.y = y;
+  d.y_stride = y_stride;
+  d.n_tokens = n;
+  return d;
+}
+
 }  // namespace
 
 cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                  cudaStream_t s) {
   if (w.direct != nullptr) {  // the direct-load kernel (decode-sized steps)
-    cuda::QuantGemvDirectParams d;
-    d.type = w.type;
-    d.weight = w.direct;
-    d.rows = w.rows;
-    d.cols = w.cols;
-    d.x = x;
-    d.x_stride = x_stride;
-    d.y = y;
-    d.y_stride = y_stride;
-    d.n_tokens = n;
-    return cuda::QuantGemvDirect(d, s);
+    return cuda::QuantGemvDirect(DirectParams(w, x, x_stride, y, y_stride, n), s);
   }
   return cuda::QuantGemv(ProductParams<cuda::QuantGemvParams>(w, x, x_stride, y, y_stride, n), s);
 }
@@ -61,17 +67,7 @@ cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, i
                     bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows) {
   if (!exact_only && n > gemv_max_rows && n <= kMmaMaxRows && w.direct != nullptr &&
       cuda::QuantGemvMmaSupports(w.type, w.cols)) {
-    cuda::QuantGemvDirectParams d;
-    d.type = w.type;
-    d.weight = w.direct;
-    d.rows = w.rows;
-    d.cols = w.cols;
-    d.x = x;
-    d.x_stride = x_stride;
-    d.y = y;
-    d.y_stride = y_stride;
-    d.n_tokens = n;
-    return cuda::QuantGemvMma(d, s);
+    return cuda::QuantGemvMma(DirectParams(w, x, x_stride, y, y_stride, n), s);
   }
   if (exact_only || n <= kMmaMaxRows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
     return Gemv(w, x, x_stride, y, y_stride, n, s);
