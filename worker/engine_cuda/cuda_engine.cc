@@ -299,7 +299,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.wloc, F(B * K));
   K3_ASSIGN_OR_RETURN(m.ids, m.Alloc<int32_t>(B * K));
   K3_ASSIGN_OR_RETURN(m.idloc, m.Alloc<int32_t>(B * K));
-  if (B > kGemvMaxRows && c.n_experts > 0) {
+  if (B > kMoePairMaxRows && c.n_experts > 0) {  // steps that group the MoE by expert
     const int64_t El = std::max<int64_t>(shard_.n_experts, 1);
     K3_ASSIGN_OR_RETURN(m.group_offsets, m.Alloc<int32_t>(El + 1));
     K3_ASSIGN_OR_RETURN(m.group_rows, m.Alloc<int32_t>(B * K));
@@ -307,7 +307,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     K3_ASSIGN_OR_RETURN(uint8_t* ws, m.Alloc<uint8_t>(cuda::MoeGroupWorkspaceBytes(B, K, El)));
     m.group_ws = ws;
   }
-  if (B > options.dense_gemv_max_rows) {
+  if (B > kMmaMaxRows) {  // steps with products on the tile GEMM (Product, products.h)
     // The widest activations a GEMM of this engine reads, as f16: B rows of the widest input,
     // or the B*K grouped expert rows.
     const int64_t widest = std::max({H, D, c.q_lora_rank, nh * c.v_head_dim, L, shard_.dense_width,
@@ -572,8 +572,10 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // Decode steps (one token per sequence) above dense_gemv_max_rows rows take the tensor-core GEMV;
   // a prefill run of up to kGemvMaxRows tokens stays on the exact f32 GEMV.
   const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;
-  auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows) {
-    return Product(w, x, xs, y, ys, rows, exact, gws, s, gemv_rows);
+  // Every non-expert product of the step goes through here; st: the side stream, or nullptr for s.
+  auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows,
+                  cudaStream_t st = nullptr) {
+    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows);
   };
   // MoE by expert groups and per-head MLA products on the tile GEMM above kMmaMaxRows rows; up to
   // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
@@ -582,16 +584,16 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // The MoE groups (token, expert) pairs by expert only above kMoePairMaxRows rows: up to it the
   // per-pair GEMVs are faster than grouped tile GEMMs whose groups hold one or two rows.
   const bool moe_grouped = !exact && n > kMoePairMaxRows;
-  // No product of the step takes the tile GEMM (so none uses its workspace): the side stream's
-  // branches may run (Product: steps of up to kMmaMaxRows rows never do).
-  const bool gemv_products = !grouped;
+  // Independent branches of a layer run on the side stream when no product of the step takes the
+  // tile GEMM (none uses its workspace; Product: steps of up to kMmaMaxRows rows never do).
+  const bool side = !grouped;
   // A MoE layer's shared experts: out[n][H] = down(situ(gate·h, up·h)), on stream `st`.
   auto SharedExperts = [&](const DMoe& w, const float* h, int64_t rows, float* out, cudaStream_t st) -> cudaError_t {
     const int64_t Fs = w.shared_gate.rows;
-    cudaError_t e = Product(w.shared_gate, h, H, m.sg, Fs, rows, exact, gws, st, gemv_rows);
-    if (e == cudaSuccess) e = Product(w.shared_up, h, H, m.su, Fs, rows, exact, gws, st, gemv_rows);
+    cudaError_t e = Prod(w.shared_gate, h, H, m.sg, Fs, rows, st);
+    if (e == cudaSuccess) e = Prod(w.shared_up, h, H, m.su, Fs, rows, st);
     if (e == cudaSuccess) e = SituInto(m.sg, m.su, rows, Fs, c, st);
-    if (e == cudaSuccess) e = Product(w.shared_down, m.sg, Fs, out, H, rows, exact, gws, st, gemv_rows);
+    if (e == cudaSuccess) e = Prod(w.shared_down, m.sg, Fs, out, H, rows, st);
     return e;
   };
   auto mark = [&](int kind) -> absl::Status {
@@ -663,13 +665,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
                          options_.page_size, bt_d, MP, lens_d, n, lora, row, eps};
       // Decode-sized steps: kv_a + the cache append, then the output gate's GEMV, on the side
       // stream beside the q chain (mid_event_: the cache rows are in before attention reads them).
-      const bool side = gemv_products;
       if (side) {
         K3_CU(fork_side());
-        K3_CU(Gemv(w.kv_a, m.h, H, m.mkv, row, n, side_stream_));
+        K3_CU(Prod(w.kv_a, m.h, H, m.mkv, row, n, side_stream_));
         K3_CU(MlaAppend(ap, side_stream_));
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
-        if (w.has_gate) K3_CU(Gemv(w.gate, m.h, H, m.mgate, nh * vd, n, side_stream_));
+        if (w.has_gate) K3_CU(Prod(w.gate, m.h, H, m.mgate, nh * vd, n, side_stream_));
         K3_CU(cudaEventRecord(join_event_, side_stream_));
       }
       K3_CU(Prod(w.q_a, m.h, H, m.qa, ql, n));
@@ -777,13 +778,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       const int64_t Wp = w.in_proj.rows;
       // The gate (f_a, f_b) and beta chains read only m.h: in decode-sized steps they run on the
       // side stream while the q|k|v|g GEMV and the convs run here (joined before KdaDecode).
-      const bool side = gemv_products;
       auto gate_and_beta = [&](cudaStream_t st) -> cudaError_t {
-        cudaError_t e = Product(w.f_a, m.h, H, m.fa, hd, n, exact, gws, st, gemv_rows);
-        if (e == cudaSuccess) e = Product(w.f_b, m.fa, hd, m.g, D, n, exact, gws, st, gemv_rows);
+        cudaError_t e = Prod(w.f_a, m.h, H, m.fa, hd, n, st);
+        if (e == cudaSuccess) e = Prod(w.f_b, m.fa, hd, m.g, D, n, st);
         cuda::KdaGateParams gp{m.g, w.dt_bias, w.a, m.g, n, nh, hd, D, D, c.has_gate_lower_bound, c.gate_lower_bound};
         if (e == cudaSuccess) e = cuda::KdaGate(gp, st);
-        if (e == cudaSuccess) e = Product(w.beta, m.h, H, m.beta, nh, n, exact, gws, st, gemv_rows);
+        if (e == cudaSuccess) e = Prod(w.beta, m.h, H, m.beta, nh, n, st);
         cuda::SigmoidParams sp{m.beta, m.beta, n * nh};
         if (e == cudaSuccess) e = cuda::Sigmoid(sp, st);
         return e;
@@ -792,7 +792,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(fork_side());
         K3_CU(gate_and_beta(side_stream_));
       }
-      if (stacked) K3_CU(Product(w.in_proj, m.h, H, m.in_proj, Wp, n, exact, gws, s, gemv_rows));
+      if (stacked) K3_CU(Prod(w.in_proj, m.h, H, m.in_proj, Wp, n));
       for (int which = 0; which < 3; ++which) {
         if (!stacked) K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
         cuda::ShortConvParams cp;
@@ -865,10 +865,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       // stream, concurrent with the router and routing, then the routed experts (disjoint buffers;
       // their GEMVs take no workspace). Larger steps keep one stream: their GEMMs share the GEMM
       // workspace.
-      const bool side = gemv_products;
       if (side) {
         K3_CU(fork_side());
-        K3_CU(Gemv(w.routed_down, m.h, H, m.r, L, n, side_stream_));
+        K3_CU(Prod(w.routed_down, m.h, H, m.r, L, n, side_stream_));
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
         if (w.has_shared) K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
       }

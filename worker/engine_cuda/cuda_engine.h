@@ -73,8 +73,8 @@ struct CudaEngineOptions {
   // Steps of more rows than this run their Q8_0 products (those with a direct form) on the
   // tensor-core GEMV (f16 operands, each weight read once per 16 rows; up to kMmaMaxRows rows, the
   // tile GEMM beyond) instead of f32 GEMV passes of up to 8 rows (from ~8 rows FMA-bound). H200,
-  // slice8, int8 experts: batch 16 554.6 -> 702.0 tok/s (LM head 2.67 -> 0.82 ms, dense FFN 1.72 ->
-  // 0.54); batches of up to 8 keep the exact f32 GEMV. 1..16.
+  // slice8, int8 experts: LM head at batch 16 2.67 -> 0.82 ms, dense FFN 1.72 -> 0.54; with the
+  // rest of bc25b6e batch 16 559.2 -> 834.8 tok/s. Batches of up to 8 keep the exact f32 GEMV. 1..16.
   int64_t dense_gemv_max_rows = 8;
   // Decode steps run MLA attention on tensor cores too (MlaPrefill per sequence: q, cache rows and
   // softmax weights rounded to f16, ~1e-3 relative per output vector) instead of the exact f32

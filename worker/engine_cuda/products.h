@@ -15,8 +15,9 @@
 
 namespace k3::engine_cuda {
 
-// Steps of more rows than this take the tensor-core GEMM (f16 operands, f32 accumulation) for
-// their products; up to it, the f32 GEMV (exact up to summation order, batch-invariant).
+// The most rows the f32 GEMV takes for a product (exact up to summation order, batch-invariant):
+// prefill runs of up to this many tokens stay exact; decode steps hand Q8_0 products to the
+// tensor-core GEMV from CudaEngineOptions::dense_gemv_max_rows (<= this) rows on.
 inline constexpr int64_t kGemvMaxRows = cuda::kQuantGemvMaxTokens;
 
 // Steps of more rows than the GEMV takes and at most this many run Q8_0 products that have a
