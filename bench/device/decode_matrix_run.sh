@@ -12,14 +12,7 @@
 # Writes $OUT/d_*.txt and prints each call's table rows.
 set -uo pipefail
 if [ "${1:-}" = pack ]; then
-  grep -qx '/.k3kern/' .git/info/exclude || echo '/.k3kern/' >> .git/info/exclude
-  rm -rf .k3kern && mkdir -p .k3kern/bin .k3kern/lib
-  for b in k3_cuda_decode_bench k3_allreduce_bench; do strip -o .k3kern/bin/$b build/cuda/bin/$b; done
-  for b in .k3kern/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u | grep -E 'absl|spdlog|fmt|gtest|gomp' |
-    while read -r l; do cp -L "$l" .k3kern/lib/; done
-  xz -T2 -9 -f .k3kern/bin/*
-  du -sh .k3kern
-  exit 0
+  exec bash bench/device/pack_bins.sh .k3kern k3_cuda_decode_bench k3_allreduce_bench
 fi
 PHASES=${*:-4k peer long}
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"

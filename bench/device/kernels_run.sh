@@ -11,14 +11,7 @@
 set -uo pipefail
 BINS="kernels_cuda_test band_top_cuda_test k3_cuda_gemv_bench${K3_PACK_DECODE:+ k3_cuda_decode_bench}"
 if [ "${1:-}" = pack ]; then
-  grep -qx '/.k3kern/' .git/info/exclude || echo '/.k3kern/' >> .git/info/exclude
-  rm -rf .k3kern && mkdir -p .k3kern/bin .k3kern/lib
-  for b in $BINS; do strip -o .k3kern/bin/$b build/cuda/bin/$b; done
-  for b in .k3kern/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u | grep -E 'absl|spdlog|fmt|gtest|gomp' |
-    while read -r l; do cp -L "$l" .k3kern/lib/; done
-  xz -T2 -9e -f .k3kern/bin/*
-  du -sh .k3kern
-  exit 0
+  exec bash bench/device/pack_bins.sh .k3kern $BINS
 fi
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"

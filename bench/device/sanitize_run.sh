@@ -6,14 +6,7 @@
 #   there:  bash bench/device/sanitize_run.sh        (carry .k3san)
 set -uo pipefail
 if [ "${1:-}" = pack ]; then
-  grep -qx '/.k3san/' .git/info/exclude || echo '/.k3san/' >> .git/info/exclude
-  rm -rf .k3san && mkdir -p .k3san/bin .k3san/lib
-  for b in kernels_cuda_test engine_cuda_test; do strip -o .k3san/bin/$b build/cuda/bin/$b; done
-  for b in .k3san/bin/*; do ldd "$b"; done | awk '/=>/ {print $3}' | sort -u | grep -E 'absl|spdlog|fmt|gtest' |
-    while read -r l; do cp -L "$l" .k3san/lib/; done
-  xz -T1 -6 -f .k3san/bin/*
-  du -sh .k3san
-  exit 0
+  exec bash bench/device/pack_bins.sh .k3san kernels_cuda_test engine_cuda_test
 fi
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
