@@ -78,9 +78,9 @@ struct CudaEngineOptions {
   int64_t dense_gemv_max_rows = 8;
   // Decode steps run MLA attention on tensor cores too (MlaPrefill per sequence: q, cache rows and
   // softmax weights rounded to f16, ~1e-3 relative per output vector) instead of the exact f32
-  // flash-decoding kernel (MlaDecode), which is compute-bound: 3.1 ms per layer at 128k on an H200
-  // against 0.45; at 4k, batch 1, 238 -> 259 tok/s on the real-width slice; 8k, batch 16, 469 ->
-  // 536. The default: on the golden model it stays within the exact path's bars (relL2 1.3e-4,
+  // flash-decoding kernel (MlaDecode), which is compute-bound: MLA 3.1 ms per layer at 128k on an
+  // H200 against 0.45; real-width slice, int8 experts: 4k, batch 1, 245.4 -> 257.3 tok/s; 8k,
+  // batch 16, 469.4 -> 535.5. The default: on the golden model it stays within the exact path's bars (relL2 1.3e-4,
   // top-1 1.000; engine test TensorCoreMlaDecodeStaysClose). Off: the exact kernel.
   bool tc_mla_decode = true;
   // Decode steps' routed-expert products (IQ1_S) round their inputs to int8 per 32 values and
