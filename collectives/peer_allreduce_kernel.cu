@@ -39,6 +39,7 @@
 // emptying stores before that peer's e + 2 stores in the PTX model; kernel boundaries and the
 // round trip through my e + 1 data do in practice (the same reliance as TensorRT-LLM's).
 #include "collectives/peer_allreduce_kernel.h"
+#include "kernels/cuda/launch.cuh"
 
 #include <algorithm>
 
@@ -117,6 +118,7 @@ __device__ void SumScalar(const PeerReduceArgs& a, int64_t slot_off, int64_t beg
 
 template <int R>
 __global__ void __launch_bounds__(1024) PeerReduceKernel(const PeerReduceArgs a) {
+  k3::cuda::PdlWait();  // spins on the peers: no early launch of the next kernel
   __shared__ uint64_t s_epoch;
   __shared__ int s_stop;
   const int64_t b = blockIdx.x;
@@ -214,6 +216,7 @@ __device__ __forceinline__ bool Poll(const PeerReduceArgs& a, Load load, IsEmpty
 
 template <int R>
 __global__ void __launch_bounds__(1024) PeerInlineKernel(const PeerReduceArgs a) {
+  k3::cuda::PdlWait();  // spins on the peers: no early launch of the next kernel
   const int64_t b = blockIdx.x;
   // Every thread reads the epoch and the error word itself (no barrier before the first store);
   // thread 0 advances the epoch after the closing barrier.
@@ -294,6 +297,7 @@ __global__ void __launch_bounds__(1024) PeerInlineKernel(const PeerReduceArgs a)
 }
 
 __global__ void FillEmptyKernel(float* p, int64_t n) {
+  k3::cuda::PdlEnter();
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
     p[i] = __uint_as_float(kEmpty);
   }
@@ -303,9 +307,9 @@ template <int R>
 cudaError_t Launch(const PeerReduceArgs& a, cudaStream_t stream) {
   const int64_t blocks = (a.n + a.block_floats - 1) / a.block_floats;
   if (a.protocol == PeerProtocol::kInline) {
-    PeerInlineKernel<R><<<static_cast<unsigned>(blocks), a.threads, 0, stream>>>(a);
+    K3_CUDA_CHECK(k3::cuda::LaunchKernel(PeerInlineKernel<R>, static_cast<unsigned>(blocks), a.threads, 0, stream, a));
   } else {
-    PeerReduceKernel<R><<<static_cast<unsigned>(blocks), a.threads, 0, stream>>>(a);
+    K3_CUDA_CHECK(k3::cuda::LaunchKernel(PeerReduceKernel<R>, static_cast<unsigned>(blocks), a.threads, 0, stream, a));
   }
   return cudaGetLastError();
 }
@@ -314,8 +318,9 @@ cudaError_t Launch(const PeerReduceArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchPeerFillEmpty(float* p, int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  FillEmptyKernel<<<static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)), 256, 0, stream>>>(p, n);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(k3::cuda::LaunchKernel(FillEmptyKernel, static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024)),
+                                       256, 0, stream, p, n));
+  return cudaSuccess;
 }
 
 cudaError_t LaunchPeerReduce(const PeerReduceArgs& a, cudaStream_t stream) {

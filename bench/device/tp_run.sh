@@ -40,7 +40,7 @@ for lib in $(ldd $B/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
 done
 ldd $B/* | grep "not found" && echo "MISSING LIBRARIES"
 mpirun --version | head -1
-MPI="mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x NCCL_DEBUG -x K3_SHARED_DIR -x OMPI_MCA_btl_vader_single_copy_mechanism"
+MPI="mpirun -np 2 --bind-to none -x K3_PDL=${K3_PDL:-1} -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x NCCL_DEBUG -x K3_SHARED_DIR -x OMPI_MCA_btl_vader_single_copy_mechanism"
 G=$C/shared/data/golden
 TP_RC=- ENG_RC=- W_CPU=- W_CUDA=- B2_RC=- B1_RC=-
 
@@ -81,14 +81,14 @@ if [[ " $PHASES " == *" bench2 "* ]]; then
   BENCH2=$BENCH
   [ -n "${K3_BENCH2_ARGS:-}" ] && BENCH2="$B/k3_cuda_decode_bench --preset slice --layers ${K3_BENCH_LAYERS:-8} --quant UD-IQ1_S $K3_BENCH2_ARGS"
   echo "$BENCH2"
-  timeout ${K3_BENCH2_TIMEOUT:-300} $MPI $BENCH2 2>&1 | grep -v "synthetic layer" | tee "$OUT/bench_2gpu.txt"
+  timeout ${K3_BENCH2_TIMEOUT:-300} $MPI $BENCH2 2>&1 | grep --line-buffered -v "synthetic layer" | tee "$OUT/bench_2gpu.txt"
   B2_RC=${PIPESTATUS[0]}
 fi
 if [[ " $PHASES " == *" bench1 "* ]]; then
   stamp "decode bench, 1 GPU: $BENCH"
   REM=$(( ${K3_DEADLINE:-585} - ($(date +%s) - T0) ))  # the whole call stays inside the device's 600 s
   echo "time left for it: ${REM}s"
-  CUDA_VISIBLE_DEVICES=0 timeout $REM $BENCH 2>&1 | grep -v "synthetic layer" | tee "$OUT/bench_1gpu.txt"
+  CUDA_VISIBLE_DEVICES=0 timeout $REM $BENCH 2>&1 | grep --line-buffered -v "synthetic layer" | tee "$OUT/bench_1gpu.txt"
   B1_RC=${PIPESTATUS[0]}
 fi
 stamp summary

@@ -3,8 +3,7 @@
 // the error from the enclosing function.
 //
 //   K3_CUDA_CHECK(cudaMemsetAsync(p, 0, n, stream));
-//   Kernel<<<grid, block, smem, stream>>>(args);
-//   K3_CUDA_CHECK(cudaGetLastError());          // launch-configuration errors
+//   K3_CUDA_CHECK(LaunchKernel(Kernel, grid, block, smem, stream, args...));   // launch.cuh
 //
 // Callers that speak absl::Status wrap the result once (see CudaStatus in kernels/cuda/README.md).
 #pragma once

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/decode.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::engine_cuda {
 namespace {
@@ -13,6 +14,7 @@ using namespace k3::cuda::qgemv;
 template <class Fmt>
 __global__ void EmbedKernel(const uint8_t* table, size_t row_bytes, int64_t vocab_begin, int64_t vocab_width,
                             const int32_t* tokens, int64_t hidden, float* x) {
+  k3::cuda::PdlEnter();
   const int64_t t = blockIdx.y;
   const int64_t local = static_cast<int64_t>(tokens[t]) - vocab_begin;
   float* out = x + t * hidden;
@@ -35,6 +37,7 @@ __global__ void EmbedKernel(const uint8_t* table, size_t row_bytes, int64_t voca
 }
 
 __global__ void AddKernel(float* y, const float* x, int64_t n, bool add) {
+  k3::cuda::PdlEnter();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     y[i] = add ? y[i] + x[i] : x[i];
@@ -42,6 +45,7 @@ __global__ void AddKernel(float* y, const float* x, int64_t n, bool add) {
 }
 
 __global__ void MlaAppendKernel(MlaAppendParams p) {
+  k3::cuda::PdlEnter();
   const int64_t s = blockIdx.x;
   const float* kv = p.kv + s * p.kv_stride;
   __shared__ float red[32];
@@ -71,6 +75,7 @@ __global__ void MlaAppendKernel(MlaAppendParams p) {
 }
 
 __global__ void ExpandKernel(const float* r, int64_t k, int64_t width, float* xe) {
+  k3::cuda::PdlEnter();
   const int64_t slot = blockIdx.y, t = slot / k;
   for (int64_t d = blockIdx.x * blockDim.x + threadIdx.x; d < width; d += gridDim.x * blockDim.x) {
     xe[slot * width + d] = r[t * width + d];
@@ -79,6 +84,7 @@ __global__ void ExpandKernel(const float* r, int64_t k, int64_t width, float* xe
 
 __global__ void LocalExpertsKernel(const int32_t* ids, const float* w, int64_t n, int64_t begin, int64_t n_local,
                                    int32_t* ids_local, float* w_local) {
+  k3::cuda::PdlEnter();
   const int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x;
   if (i >= n) return;
   const int64_t l = ids[i] - begin;
@@ -88,6 +94,7 @@ __global__ void LocalExpertsKernel(const int32_t* ids, const float* w, int64_t n
 }
 
 __global__ void CombineKernel(const float* ye, const float* w, int64_t k, int64_t width, float* m) {
+  k3::cuda::PdlEnter();
   const int64_t t = blockIdx.y;
   for (int64_t d = blockIdx.x * blockDim.x + threadIdx.x; d < width; d += gridDim.x * blockDim.x) {
     float acc = 0.0f;
@@ -120,9 +127,8 @@ cudaError_t EmbedRows(quant::GgmlType type, const void* table, size_t row_bytes,
   VisitFormat(type, [&](auto fmt) {
     using Fmt = decltype(fmt);
     if constexpr (Fmt::kTables == kTabNone) {
-      EmbedKernel<Fmt><<<grid, 128, 0, stream>>>(static_cast<const uint8_t*>(table), row_bytes, vocab_begin,
-                                                  vocab_width, tokens, hidden, x);
-      err = cudaGetLastError();
+      err = k3::cuda::LaunchKernel(EmbedKernel<Fmt>, grid, 128, 0, stream, static_cast<const uint8_t*>(table), row_bytes,
+                                   vocab_begin, vocab_width, tokens, hidden, x);
     }
   });
   return err;
@@ -130,35 +136,37 @@ cudaError_t EmbedRows(quant::GgmlType type, const void* table, size_t row_bytes,
 
 cudaError_t AddInto(float* y, const float* x, int64_t n, bool add, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  AddKernel<<<Blocks(n, 256, 1024), 256, 0, stream>>>(y, x, n, add);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(k3::cuda::LaunchKernel(AddKernel, Blocks(n, 256, 1024), 256, 0, stream, y, x, n, add));
+  return cudaSuccess;
 }
 
 cudaError_t MlaAppend(const MlaAppendParams& p, cudaStream_t stream) {
   if (p.n_seqs <= 0) return cudaSuccess;
-  MlaAppendKernel<<<static_cast<unsigned>(p.n_seqs), 256, 0, stream>>>(p);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(k3::cuda::LaunchKernel(MlaAppendKernel, static_cast<unsigned>(p.n_seqs), 256, 0, stream, p));
+  return cudaSuccess;
 }
 
 cudaError_t ExpandRows(const float* r, int64_t n_tokens, int64_t k, int64_t width, float* xe, cudaStream_t stream) {
   if (n_tokens <= 0) return cudaSuccess;
-  ExpandKernel<<<dim3(Blocks(width, 256, 64), static_cast<unsigned>(n_tokens * k)), 256, 0, stream>>>(r, k, width, xe);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(k3::cuda::LaunchKernel(ExpandKernel, dim3(Blocks(width, 256, 64), static_cast<unsigned>(n_tokens * k)),
+                                       256, 0, stream, r, k, width, xe));
+  return cudaSuccess;
 }
 
 cudaError_t LocalExperts(const int32_t* ids, const float* weights, int64_t n, int64_t expert_begin, int64_t n_local,
                          int32_t* ids_local, float* weights_local, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
-  LocalExpertsKernel<<<Blocks(n, 128), 128, 0, stream>>>(ids, weights, n, expert_begin, n_local, ids_local,
-                                                          weights_local);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(k3::cuda::LaunchKernel(LocalExpertsKernel, Blocks(n, 128), 128, 0, stream, ids, weights, n,
+                                       expert_begin, n_local, ids_local, weights_local));
+  return cudaSuccess;
 }
 
 cudaError_t CombineExperts(const float* ye, const float* w, int64_t n_tokens, int64_t k, int64_t width, float* m,
                            cudaStream_t stream) {
   if (n_tokens <= 0) return cudaSuccess;
-  CombineKernel<<<dim3(Blocks(width, 256, 64), static_cast<unsigned>(n_tokens)), 256, 0, stream>>>(ye, w, k, width, m);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(k3::cuda::LaunchKernel(CombineKernel, dim3(Blocks(width, 256, 64), static_cast<unsigned>(n_tokens)),
+                                       256, 0, stream, ye, w, k, width, m));
+  return cudaSuccess;
 }
 
 }  // namespace k3::engine_cuda

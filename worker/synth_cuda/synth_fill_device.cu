@@ -20,6 +20,7 @@
 
 #include "worker/synth_cuda/block_gen.h"
 #include "worker/synth_cuda/synth_fill_kernels.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::synth::detail {
 namespace {
@@ -31,6 +32,7 @@ constexpr uint64_t kMaxGrid = 65536;  // CTAs; each loops over tiles beyond that
 
 template <GgmlType kType, class Index>
 __global__ void __launch_bounds__(kThreads) SynthFillKernel(const __grid_constant__ SynthFillKernelArgs a) {
+  k3::cuda::PdlEnter();
   constexpr uint32_t kBB = gen::GenBlockBytes(kType);
   static_assert(kBB % 2 == 0 || kBB == 0);
   constexpr uint32_t kWords = sizeof(gen::BlockGenTables) / 4;
@@ -75,9 +77,9 @@ cudaError_t Launch(const SynthFillKernelArgs& a, cudaStream_t stream) {
   const unsigned grid = static_cast<unsigned>(tiles < kMaxGrid ? tiles : kMaxGrid);
   // 32-bit index arithmetic (the window's divisions) whenever every output index fits.
   if (a.n_blocks <= 0xffffffffull) {
-    SynthFillKernel<kType, uint32_t><<<grid, kThreads, 0, stream>>>(a);
+    K3_CUDA_CHECK(k3::cuda::LaunchKernel(SynthFillKernel<kType, uint32_t>, grid, kThreads, 0, stream, a));
   } else {
-    SynthFillKernel<kType, uint64_t><<<grid, kThreads, 0, stream>>>(a);
+    K3_CUDA_CHECK(k3::cuda::LaunchKernel(SynthFillKernel<kType, uint64_t>, grid, kThreads, 0, stream, a));
   }
   return cudaGetLastError();
 }

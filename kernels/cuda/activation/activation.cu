@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -16,6 +17,7 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxGridRows = 65535;
 
 __global__ void SituKernel(const SituParams p) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.width) return;
   for (int64_t t = blockIdx.y; t < p.n_tokens; t += gridDim.y) {
@@ -27,6 +29,7 @@ __global__ void SituKernel(const SituParams p) {
 }
 
 __global__ void GateMulKernel(const SigmoidGateMulParams p) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.width) return;
   for (int64_t t = blockIdx.y; t < p.n_tokens; t += gridDim.y) {
@@ -35,6 +38,7 @@ __global__ void GateMulKernel(const SigmoidGateMulParams p) {
 }
 
 __global__ void SigmoidKernel(const float* x, float* y, int64_t n) {
+  PdlEnter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) y[i] = SigmoidF(x[i]);
 }
@@ -52,8 +56,7 @@ cudaError_t Situ(const SituParams& p, cudaStream_t stream) {
   if (p.n_tokens < 0 || p.width < 0 || !GridOk(p.width)) return cudaErrorInvalidValue;
   if (p.n_tokens == 0 || p.width == 0) return cudaSuccess;
   if (p.g == nullptr || p.u == nullptr || p.out == nullptr || p.beta == 0.0f) return cudaErrorInvalidValue;
-  SituKernel<<<RowGrid(p.width, p.n_tokens), kThreads, 0, stream>>>(p);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(SituKernel, RowGrid(p.width, p.n_tokens), kThreads, 0, stream, p));
   return cudaSuccess;
 }
 
@@ -61,8 +64,7 @@ cudaError_t SigmoidGateMul(const SigmoidGateMulParams& p, cudaStream_t stream) {
   if (p.n_tokens < 0 || p.width < 0 || !GridOk(p.width)) return cudaErrorInvalidValue;
   if (p.n_tokens == 0 || p.width == 0) return cudaSuccess;
   if (p.x == nullptr || p.gate == nullptr) return cudaErrorInvalidValue;
-  GateMulKernel<<<RowGrid(p.width, p.n_tokens), kThreads, 0, stream>>>(p);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(GateMulKernel, RowGrid(p.width, p.n_tokens), kThreads, 0, stream, p));
   return cudaSuccess;
 }
 
@@ -70,8 +72,8 @@ cudaError_t Sigmoid(const SigmoidParams& p, cudaStream_t stream) {
   if (p.n < 0 || !GridOk(p.n)) return cudaErrorInvalidValue;
   if (p.n == 0) return cudaSuccess;
   if (p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
-  SigmoidKernel<<<static_cast<unsigned>(detail::CeilDiv(p.n, kThreads)), kThreads, 0, stream>>>(p.x, p.y, p.n);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(SigmoidKernel, static_cast<unsigned>(detail::CeilDiv(p.n, kThreads)), kThreads, 0, stream,
+                             p.x, p.y, p.n));
   return cudaSuccess;
 }
 

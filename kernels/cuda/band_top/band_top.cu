@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -78,6 +79,7 @@ __device__ double BlockSumD(double v, double* scratch) {
 // (1) Per chunk: its max and Σexp(l − max) (NaN propagates, -inf adds 0), and each thread's best key.
 __global__ void __launch_bounds__(kChunkThreads)
     ChunkKernel(const BandTopParams p, int64_t chunks, uint64_t* keys, double* sums, float* maxs) {
+  PdlEnter();
   __shared__ float s_max[32];
   __shared__ double s_sum[32];
   const int64_t chunk = blockIdx.x, row = blockIdx.y;
@@ -230,6 +232,7 @@ __device__ void SortDescending(uint64_t* a, int size) {
 // (2) Per row: logsumexp from the chunks, the n best groups, the n best of their logits, sorted.
 __global__ void __launch_bounds__(kRowThreads)
     RowKernel(const BandTopParams p, int64_t chunks, const uint64_t* keys, const double* sums, const float* maxs) {
+  PdlEnter();
   __shared__ RowShared sh;
   const int64_t row = blockIdx.x;
   const int tid = threadIdx.x;
@@ -320,10 +323,9 @@ cudaError_t BandTop(const BandTopParams& p, cudaStream_t stream) {
   double* sums = reinterpret_cast<double*>(ws + l.sums);
   float* maxs = reinterpret_cast<float*>(ws + l.maxs);
   const dim3 grid(static_cast<unsigned>(l.chunks), static_cast<unsigned>(p.rows));
-  ChunkKernel<<<grid, kChunkThreads, 0, stream>>>(p, l.chunks, keys, sums, maxs);
-  K3_CUDA_CHECK(cudaGetLastError());
-  RowKernel<<<static_cast<unsigned>(p.rows), kRowThreads, 0, stream>>>(p, l.chunks, keys, sums, maxs);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(ChunkKernel, grid, kChunkThreads, 0, stream, p, l.chunks, keys, sums, maxs));
+  K3_CUDA_CHECK(
+      LaunchKernel(RowKernel, static_cast<unsigned>(p.rows), kRowThreads, 0, stream, p, l.chunks, keys, sums, maxs));
   return cudaSuccess;
 }
 

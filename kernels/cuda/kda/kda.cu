@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -19,6 +20,7 @@ constexpr int kTileJ = 32;                     // value columns per block (one p
 // written once per launch (coalesced 128-byte rows). Token t+1's k, q and decay are staged while
 // token t is computed (two buffers), so a token costs two block barriers.
 __global__ void __launch_bounds__(kWarps * 32) KdaDecodeKernel(const KdaDecodeParams p) {
+  PdlEnter();
   __shared__ float sk[2][kMaxDk], sq[2][kMaxDk], sdecay[2][kMaxDk];
   __shared__ float red[2][kWarps][kTileJ];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -96,6 +98,7 @@ __global__ void __launch_bounds__(kWarps * 32) KdaDecodeKernel(const KdaDecodePa
 __device__ __forceinline__ float SoftplusF(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 __global__ void KdaGateKernel(const KdaGateParams p) {
+  PdlEnter();
   const int64_t t = blockIdx.y;
   const int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t d = p.n_heads * p.head_dim;
@@ -119,8 +122,7 @@ cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream) {
   if (p.n_seqs > 65535 || p.n_heads > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(detail::CeilDiv(p.dv, kTileJ)), static_cast<unsigned>(p.n_heads),
                   static_cast<unsigned>(p.n_seqs));
-  KdaDecodeKernel<<<grid, kWarps * 32, 0, stream>>>(p);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(KdaDecodeKernel, grid, kWarps * 32, 0, stream, p));
   return cudaSuccess;
 }
 
@@ -132,8 +134,7 @@ cudaError_t KdaGate(const KdaGateParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   const dim3 grid(static_cast<unsigned>(detail::CeilDiv(d, 256)), static_cast<unsigned>(p.n_tokens));
-  KdaGateKernel<<<grid, 256, 0, stream>>>(p);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(KdaGateKernel, grid, 256, 0, stream, p));
   return cudaSuccess;
 }
 

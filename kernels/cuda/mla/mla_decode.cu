@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -50,6 +51,7 @@ __device__ __forceinline__ void LoadChunk(const __half* src, float* dst) {  // 8
 // the warp; then Σ p·V with thread = 4 value columns × 16 heads in registers.
 template <class T>
 __global__ void __launch_bounds__(kThreads) MlaSplitKernel(const SplitArgs a) {
+  PdlEnter();
   extern __shared__ __align__(16) float sm[];
   constexpr int kVec = 16 / sizeof(T);
   const int rw = a.rw, rs = a.rw + 4, vw = a.vw;
@@ -200,6 +202,7 @@ constexpr int kMaxSplits = 8192;  // the combine's factors in shared memory: 32 
 // loads do not wait on a branch and an expf each (44 us per layer at 22 splits before, latency).
 __global__ void __launch_bounds__(kThreads) MlaCombineKernel(const float* ws, int n_splits, int64_t n_heads, int vw,
                                                              float* out, int64_t out_seq_stride) {
+  PdlEnter();
   extern __shared__ float w_split[];  // [n_splits]
   const int64_t h = blockIdx.x, seq = blockIdx.y;
   const int64_t stride = vw + 4;  // 16-byte aligned rows
@@ -293,17 +296,16 @@ cudaError_t MlaDecode(const MlaDecodeParams& p, cudaStream_t stream) {
   if (p.cache_type == MlaCacheType::kF16) {
     K3_CUDA_CHECK(cudaFuncSetAttribute(MlaSplitKernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    MlaSplitKernel<__half><<<grid, kThreads, smem, stream>>>(a);
+    K3_CUDA_CHECK(LaunchKernel(MlaSplitKernel<__half>, grid, kThreads, smem, stream, a));
   } else {
     K3_CUDA_CHECK(cudaFuncSetAttribute(MlaSplitKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-    MlaSplitKernel<float><<<grid, kThreads, smem, stream>>>(a);
+    K3_CUDA_CHECK(LaunchKernel(MlaSplitKernel<float>, grid, kThreads, smem, stream, a));
   }
   K3_CUDA_CHECK(cudaGetLastError());
-  MlaCombineKernel<<<dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs)), kThreads,
-                     static_cast<size_t>(p.n_splits) * sizeof(float), stream>>>(p.workspace, p.n_splits, p.n_heads, a.vw,
-                                                                            p.out, p.out_seq_stride);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(MlaCombineKernel, dim3(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs)),
+                             kThreads, static_cast<size_t>(p.n_splits) * sizeof(float), stream, p.workspace, p.n_splits,
+                             p.n_heads, a.vw, p.out, p.out_seq_stride));
   return cudaSuccess;
 }
 

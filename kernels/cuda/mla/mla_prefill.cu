@@ -7,6 +7,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -96,6 +97,7 @@ __global__ void __launch_bounds__(kThreads) MlaToHalfKernel(const float* cache, 
                                                             int64_t page_stride, int64_t row_stride, int page_size,
                                                             const int32_t* seq_lens, int n_rows, int max_len, int rw,
                                                             __half* dst) {
+  PdlEnter();
   __shared__ int s_red[kWarps];
   const int tid = threadIdx.x;
   int mx = 0;
@@ -146,6 +148,7 @@ struct Args {
 // Three barriers per tile: (1) tile ready / previous tile's P·V done, (2) partial maxima written,
 // (3) P and α written. Each buffer is overwritten only after the barrier that follows its last read.
 __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
+  PdlEnter();
   extern __shared__ __align__(128) unsigned char smem[];
   const int rw = a.rw, vw = a.vw, cpr = rw / 8;
   __half* sq = reinterpret_cast<__half*>(smem);                // [kBM][rw]
@@ -422,6 +425,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
 __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const float* part, int n_splits, int n_pairs,
                                                                            int n_heads, int vw, float* out,
                                                                            int64_t out_row_stride) {
+  PdlEnter();
   const int pr = blockIdx.x;
   const int64_t stride = vw + 4, split_stride = static_cast<int64_t>(n_pairs) * stride;
   const float* base = part + static_cast<int64_t>(pr) * stride;
@@ -528,10 +532,9 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   if (p.cache_type == MlaCacheType::kF32) {
     __half* dense = reinterpret_cast<__half*>(ws);
     const auto blocks = static_cast<unsigned>(detail::CeilDiv(p.max_len, kConvRows));
-    MlaToHalfKernel<<<blocks, kThreads, 0, stream>>>(static_cast<const float*>(p.cache), p.block_table, p.page_stride,
-                                                     p.row_stride, static_cast<int>(p.page_size), p.seq_lens,
-                                                     static_cast<int>(p.n_rows), a.max_len, rw, dense);
-    K3_CUDA_CHECK(cudaGetLastError());
+    K3_CUDA_CHECK(LaunchKernel(MlaToHalfKernel, blocks, kThreads, 0, stream, static_cast<const float*>(p.cache),
+                               p.block_table, p.page_stride, p.row_stride, static_cast<int>(p.page_size), p.seq_lens,
+                               static_cast<int>(p.n_rows), a.max_len, rw, dense));
     a.keys = dense;
     a.table = nullptr;
     a.page_stride = 0;
@@ -548,12 +551,10 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
 
   const size_t smem = SmemBytes(rw);
   K3_CUDA_CHECK(cudaFuncSetAttribute(MlaPrefillKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  MlaPrefillKernel<<<static_cast<unsigned>(tiles * p.n_splits), kThreads, smem, stream>>>(a);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(MlaPrefillKernel, static_cast<unsigned>(tiles * p.n_splits), kThreads, smem, stream, a));
   if (p.n_splits > 1) {
-    MlaPrefillCombineKernel<<<static_cast<unsigned>(n_pairs), kCombineThreads, 0, stream>>>(
-        a.part, p.n_splits, a.n_pairs, a.n_heads, vw, p.out, p.out_row_stride);
-    K3_CUDA_CHECK(cudaGetLastError());
+    K3_CUDA_CHECK(LaunchKernel(MlaPrefillCombineKernel, static_cast<unsigned>(n_pairs), kCombineThreads, 0, stream,
+                               a.part, p.n_splits, a.n_pairs, a.n_heads, vw, p.out, p.out_row_stride));
   }
   return cudaSuccess;
 }

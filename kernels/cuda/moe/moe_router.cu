@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -18,6 +19,7 @@ __device__ __forceinline__ bool Better(float v, int i, float bv, int bi) { retur
 // top-k is k rounds of a block-wide arg-max (warp shuffles, then one shared-memory round), the
 // winner being marked taken in its owner's registers.
 __global__ void __launch_bounds__(kThreads) RouterKernel(const MoeRouterParams p) {
+  PdlEnter();
   __shared__ float s_val[kThreads / 32];
   __shared__ int s_idx[kThreads / 32];
   __shared__ float s_scratch[32];
@@ -138,6 +140,7 @@ __global__ void __launch_bounds__(kThreads) RouterKernel(const MoeRouterParams p
 constexpr int kSortExperts = 1024;
 
 __global__ void __launch_bounds__(kSortExperts) RouterSortKernel(const MoeRouterParams p) {
+  PdlEnter();
   __shared__ float s_prob[kSortExperts];
   __shared__ float s_v[2][kSortExperts];
   __shared__ int s_i[2][kSortExperts];
@@ -221,9 +224,9 @@ cudaError_t MoeRoute(const MoeRouterParams& p, cudaStream_t stream) {
   if (p.n_experts <= kSortExperts) {
     int threads = 32;
     while (threads < p.n_experts) threads *= 2;
-    RouterSortKernel<<<static_cast<unsigned>(p.n_tokens), threads, 0, stream>>>(p);
+    K3_CUDA_CHECK(LaunchKernel(RouterSortKernel, static_cast<unsigned>(p.n_tokens), threads, 0, stream, p));
   } else {
-    RouterKernel<<<static_cast<unsigned>(p.n_tokens), kThreads, 0, stream>>>(p);
+    K3_CUDA_CHECK(LaunchKernel(RouterKernel, static_cast<unsigned>(p.n_tokens), kThreads, 0, stream, p));
   }
   K3_CUDA_CHECK(cudaGetLastError());
   return cudaSuccess;

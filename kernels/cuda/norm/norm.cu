@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -34,6 +35,7 @@ __device__ __forceinline__ float Finish(float v, float scale, int64_t i, const f
 // One warp per group (width <= 1024): the group's values stay in registers between the two passes.
 template <int kPerLane>
 __global__ void __launch_bounds__(256) NormWarpKernel(const NormArgs a) {
+  PdlEnter();
   const int lane = threadIdx.x & 31;
   const int64_t group = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
   if (group >= a.n_tokens * a.n_groups) return;
@@ -64,6 +66,7 @@ __global__ void __launch_bounds__(256) NormWarpKernel(const NormArgs a) {
 constexpr int kBlockPer = 8;
 
 __global__ void __launch_bounds__(1024) NormBlockKernel(const NormArgs a) {
+  PdlEnter();
   __shared__ float scratch[32];
   const int64_t group = blockIdx.x;
   const int64_t t = group / a.n_groups, g = group - t * a.n_groups;
@@ -112,15 +115,15 @@ cudaError_t RowNorm(const RowNormParams& p, cudaStream_t stream) {
                    p.gate_stride, p.eps, static_cast<int>(p.kind)};
   const int warp_blocks = static_cast<int>(detail::CeilDiv(n, 8));
   if (p.width <= 128) {
-    NormWarpKernel<4><<<warp_blocks, 256, 0, stream>>>(a);
+    K3_CUDA_CHECK(LaunchKernel(NormWarpKernel<4>, warp_blocks, 256, 0, stream, a));
   } else if (p.width <= 256) {
-    NormWarpKernel<8><<<warp_blocks, 256, 0, stream>>>(a);
+    K3_CUDA_CHECK(LaunchKernel(NormWarpKernel<8>, warp_blocks, 256, 0, stream, a));
   } else if (p.width <= 512) {
-    NormWarpKernel<16><<<warp_blocks, 256, 0, stream>>>(a);
+    K3_CUDA_CHECK(LaunchKernel(NormWarpKernel<16>, warp_blocks, 256, 0, stream, a));
   } else {
     const int threads = p.width >= 4096 ? 1024 : (p.width >= 2048 ? 512 : 256);
     if (n > 0x7fffffff) return cudaErrorInvalidValue;
-    NormBlockKernel<<<static_cast<unsigned>(n), threads, 0, stream>>>(a);
+    K3_CUDA_CHECK(LaunchKernel(NormBlockKernel, static_cast<unsigned>(n), threads, 0, stream, a));
   }
   K3_CUDA_CHECK(cudaGetLastError());
   return cudaSuccess;

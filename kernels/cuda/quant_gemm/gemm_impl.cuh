@@ -27,6 +27,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/quant_gemv/decode.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_gemv/gemv_impl.cuh"  // StageTables, MakeLayout, CpAsync16, TableBytes
 
 namespace k3::cuda::qgemm {
@@ -298,6 +299,7 @@ __device__ __forceinline__ void DecodeRuns4F16(const uint8_t* row, int e0, const
 template <class F, int BN, bool kSplit, bool kFast>
 __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::kMinBlocks)
     QuantGemmKernel(const Args a) {
+  PdlEnter();
   using G = Geo<F>;
   constexpr int BB = F::kBlockBytes;
   constexpr int kWarpsN = Tile<BN, kSplit>::kWarpsN, kWarpsM = Tile<BN, kSplit>::kWarpsM;
@@ -585,8 +587,9 @@ cudaError_t LaunchGemm(const Args& a, cudaStream_t stream) {
   const int smem = SmemBytes<F, BN>(a.table_bytes, kSplit);
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
   const int64_t blocks = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
-  QuantGemmKernel<F, BN, kSplit, kFast><<<static_cast<unsigned>(blocks), Tile<BN, kSplit>::kThreads, smem, stream>>>(a);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(LaunchKernel(QuantGemmKernel<F, BN, kSplit, kFast>, static_cast<unsigned>(blocks),
+                             Tile<BN, kSplit>::kThreads, smem, stream, a));
+  return cudaSuccess;
 }
 
 // Dispatch over the token tile (kTokensPlain | kTokensGrouped; a.token_tiles must match) × split_x.

@@ -19,6 +19,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -50,6 +51,7 @@ __device__ __forceinline__ int LocalExpert(const GroupArgs& a, int64_t i) {
 }
 
 __global__ void __launch_bounds__(kCountThreads) CountKernel(const GroupArgs a) {
+  PdlEnter();
   __shared__ int32_t cnt[kMaxExperts];
   for (int e = threadIdx.x; e < a.n_experts; e += kCountThreads) cnt[e] = 0;
   __syncthreads();
@@ -67,6 +69,7 @@ __global__ void __launch_bounds__(kCountThreads) CountKernel(const GroupArgs a) 
 }
 
 __global__ void __launch_bounds__(kScanThreads) ScanKernel(const GroupArgs a) {
+  PdlEnter();
   __shared__ int32_t tot[kMaxExperts];
   __shared__ int32_t warp_sums[kScanThreads / 32];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -116,6 +119,7 @@ __global__ void __launch_bounds__(kScanThreads) ScanKernel(const GroupArgs a) {
 }
 
 __global__ void __launch_bounds__(32) PlaceKernel(const GroupArgs a) {
+  PdlEnter();
   __shared__ int32_t next[kMaxExperts];  // next free position of each expert for this chunk
   __shared__ int32_t local[kChunk];      // the chunk's local expert indices (-1: not here)
   const int lane = threadIdx.x;
@@ -147,6 +151,7 @@ __global__ void __launch_bounds__(32) PlaceKernel(const GroupArgs a) {
 constexpr int kCombineThreads = 256;
 
 __global__ void __launch_bounds__(kCombineThreads) CombineKernel(const MoeCombineParams p, bool vec4) {
+  PdlEnter();
   __shared__ int32_t s_slot[kMaxK];
   __shared__ float s_w[kMaxK];
   __shared__ int s_n;
@@ -229,14 +234,12 @@ cudaError_t MoeGroupTokens(const MoeGroupParams& p, cudaStream_t stream) {
   a.x_rows = p.x_rows;
   a.slot_of = p.slot_of;
   if (a.n_chunks > 0) {
-    CountKernel<<<a.n_chunks, kCountThreads, 0, stream>>>(a);
-    K3_CUDA_CHECK(cudaGetLastError());
+    K3_CUDA_CHECK(LaunchKernel(CountKernel, a.n_chunks, kCountThreads, 0, stream, a));
   }
-  ScanKernel<<<1, kScanThreads, 0, stream>>>(a);  // also writes the offsets (all 0) of an empty batch
-  K3_CUDA_CHECK(cudaGetLastError());
+  // also writes the offsets (all 0) of an empty batch
+  K3_CUDA_CHECK(LaunchKernel(ScanKernel, 1, kScanThreads, 0, stream, a));
   if (a.n_chunks > 0) {
-    PlaceKernel<<<a.n_chunks, 32, 0, stream>>>(a);
-    K3_CUDA_CHECK(cudaGetLastError());
+    K3_CUDA_CHECK(LaunchKernel(PlaceKernel, a.n_chunks, 32, 0, stream, a));
   }
   return cudaSuccess;
 }
@@ -255,8 +258,7 @@ cudaError_t MoeCombineGrouped(const MoeCombineParams& p, cudaStream_t stream) {
   const int64_t col_blocks = (p.cols + per_block - 1) / per_block;
   if (col_blocks > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(p.n_tokens), static_cast<unsigned>(col_blocks));
-  CombineKernel<<<grid, kCombineThreads, 0, stream>>>(p, vec4);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(CombineKernel, grid, kCombineThreads, 0, stream, p, vec4));
   return cudaSuccess;
 }
 

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemm/gemm_impl.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace qgemm {
@@ -81,6 +82,7 @@ constexpr int kConvThreads = 128;
 __global__ void __launch_bounds__(kConvThreads) XToHalfKernel(const float* __restrict__ x, int64_t x_stride,
                                                               int32_t cols, __half* __restrict__ hi,
                                                               __half* __restrict__ lo) {
+  PdlEnter();
   const int64_t row = blockIdx.x;
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x) * 8;
   if (c >= cols) return;
@@ -195,9 +197,8 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   a.group_offsets = p.group_offsets;
   if (static_cast<int64_t>(a.row_tiles) * a.token_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t conv_col_blocks = (p.cols / 8 + kConvThreads - 1) / kConvThreads;
-  XToHalfKernel<<<dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)), kConvThreads, 0, stream>>>(
-      p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)),
+                             kConvThreads, 0, stream, p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl));
   K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }

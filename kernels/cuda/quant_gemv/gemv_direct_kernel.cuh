@@ -19,6 +19,7 @@
 
 #include "kernels/cuda/quant_gemv/gemv_direct_formats.cuh"
 #include "kernels/cuda/quant_gemv/warp_butterfly.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda::direct {
 
@@ -208,6 +209,7 @@ __device__ __forceinline__ void ComputeStep(Stage<R>& st, const float* xc, uint3
 
 template <class F, int M, int R>
 __global__ void __launch_bounds__(Shape<F, M, R>::kThreads, Shape<F, M, R>::kMinBlocks) GemvDirectKernel(const Args a) {
+  PdlEnter();
   extern __shared__ float part[];  // [items][M][R] slice sums (slices > 1 only)
   using S = Shape<F, M, R>;
   const int lane = static_cast<int>(threadIdx.x) & 31;
@@ -328,8 +330,8 @@ int MaxThreads(int m, int r) {
 
 template <class F, int M, int R>
 cudaError_t LaunchMR(const Args& a, int64_t blocks, int threads, int smem, cudaStream_t stream) {
-  GemvDirectKernel<F, M, R><<<static_cast<unsigned>(blocks), threads, smem, stream>>>(a);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(LaunchKernel(GemvDirectKernel<F, M, R>, static_cast<unsigned>(blocks), threads, smem, stream, a));
+  return cudaSuccess;
 }
 
 template <class F, int R>

@@ -30,6 +30,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/quant_gemv/gemv_direct_kernel.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace direct_mma {
@@ -88,6 +89,7 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
 }
 
 __global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
+  PdlEnter();
   extern __shared__ float part[];  // [slices][16 tokens][32 rows]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
@@ -212,8 +214,7 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
     a.n_tokens = static_cast<int32_t>(std::min<int64_t>(kQuantGemvMmaTokens, p.n_tokens - t0));
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
-    MmaKernel<<<static_cast<unsigned>(blocks), 32 * a.slices, smem, stream>>>(a);
-    K3_CUDA_CHECK(cudaGetLastError());
+    K3_CUDA_CHECK(LaunchKernel(MmaKernel, static_cast<unsigned>(blocks), 32 * a.slices, smem, stream, a));
   }
   return cudaSuccess;
 }

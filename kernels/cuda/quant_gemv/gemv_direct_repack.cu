@@ -5,6 +5,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/quant_gemv/gemv_direct_formats.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace direct {
@@ -19,6 +20,7 @@ __global__ void __launch_bounds__(kRepackThreads) RepackQ8_0Kernel(const uint8_t
                                                                   int64_t blocks_per_row, int64_t cols,
                                                                   uint8_t* __restrict__ quants,
                                                                   uint16_t* __restrict__ scales) {
+  PdlEnter();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_blocks; i += stride) {
     const uint16_t* b = reinterpret_cast<const uint16_t*>(src + i * kQ8BlockBytes);
@@ -37,6 +39,7 @@ __global__ void __launch_bounds__(kRepackThreads) RepackQ8_0Kernel(const uint8_t
 __global__ void __launch_bounds__(kRepackThreads) DequantizeRepackedKernel(const uint8_t* __restrict__ quants,
                                                                           const uint16_t* __restrict__ scales,
                                                                           int64_t n_chunks, float* __restrict__ out) {
+  PdlEnter();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n_chunks; i += stride) {
     const uint4 c = reinterpret_cast<const uint4*>(quants)[i];
@@ -87,9 +90,8 @@ cudaError_t RepackQ8_0Rows(const void* src, int64_t rows, int64_t cols, void* ds
   uint8_t* quants = base + dst_row0 * cols;
   auto* scales = reinterpret_cast<uint16_t*>(base + RepackedQ8_0ScaleOffset(dst_rows, cols)) + dst_row0 * blocks_per_row;
   const int64_t n_blocks = rows * blocks_per_row;
-  RepackQ8_0Kernel<<<GridFor(n_blocks), kRepackThreads, 0, stream>>>(static_cast<const uint8_t*>(src), n_blocks,
-                                                                     blocks_per_row, cols, quants, scales);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(RepackQ8_0Kernel, GridFor(n_blocks), kRepackThreads, 0, stream,
+                             static_cast<const uint8_t*>(src), n_blocks, blocks_per_row, cols, quants, scales));
   return cudaSuccess;
 }
 
@@ -107,8 +109,8 @@ cudaError_t DequantizeRepackedQ8_0(const void* repacked, int64_t rows, int64_t c
   const auto* base = static_cast<const uint8_t*>(repacked);
   const auto* scales = reinterpret_cast<const uint16_t*>(base + RepackedQ8_0ScaleOffset(rows, cols));
   const int64_t n_chunks = rows * cols / 16;
-  DequantizeRepackedKernel<<<GridFor(n_chunks), kRepackThreads, 0, stream>>>(base, scales, n_chunks, out);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(DequantizeRepackedKernel, GridFor(n_chunks), kRepackThreads, 0, stream, base, scales,
+                             n_chunks, out));
   return cudaSuccess;
 }
 

@@ -20,6 +20,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/quant_gemv/decode.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_gemv/iq_tables_device.cuh"  // generated: k3::cuda::iqdev tables
 
 namespace k3::cuda::qgemv {
@@ -150,6 +151,7 @@ __device__ __forceinline__ void LoadSpan(const uint8_t* base, int64_t g_lo, int6
 
 template <class F, int M>
 __global__ void __launch_bounds__(kThreads) QuantGemvKernel(const Args a) {
+  PdlEnter();
   extern __shared__ __align__(16) uint8_t smem[];
   constexpr int BE = F::kBlockElems, BB = F::kBlockBytes;
   IqTables tab;
@@ -305,8 +307,8 @@ cudaError_t LaunchM(const Args& a, int smem_bytes, cudaStream_t stream) {
   const int64_t want = (n_tiles + kWarps - 1) / kWarps;
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(want < cap ? want : cap);
-  QuantGemvKernel<F, M><<<grid, kThreads, smem_bytes, stream>>>(a);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(LaunchKernel(QuantGemvKernel<F, M>, grid, kThreads, smem_bytes, stream, a));
+  return cudaSuccess;
 }
 
 template <class F>

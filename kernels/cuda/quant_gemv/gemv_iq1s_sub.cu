@@ -51,6 +51,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_sub.cuh"
 #include "kernels/cuda/quant_gemv/warp_butterfly.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda::qgemv {
 namespace {
@@ -217,6 +218,7 @@ constexpr int ColThreads() {
 // depends on the shape only.
 template <int M, bool kI8>
 __global__ void __launch_bounds__(ColThreads<M>(), ColRows<M, kI8>() / kColG) Iq1sSubColKernel(const ColArgs a) {
+  PdlEnter();
   constexpr bool kXRegs = M == 1;
   constexpr int kG = ColRows<M, kI8>();
   // the grid: 4-byte nibble entries, or (kI8) the 8 int8 values of each entry as two words
@@ -458,8 +460,8 @@ cudaError_t LaunchIq1sCol(ColArgs a, cudaStream_t stream) {
   const int64_t want = (total + a.n_teams * ColRows<M, kI8>() - 1) / (a.n_teams * ColRows<M, kI8>());
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(std::max<int64_t>(1, want < cap ? want : cap));
-  Iq1sSubColKernel<M, kI8><<<grid, threads, smem, stream>>>(a);
-  return cudaGetLastError();
+  K3_CUDA_CHECK(LaunchKernel(Iq1sSubColKernel<M, kI8>, grid, threads, smem, stream, a));
+  return cudaSuccess;
 }
 
 }  // namespace

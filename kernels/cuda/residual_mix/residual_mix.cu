@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -25,6 +26,7 @@ __device__ __forceinline__ const float* Row(const MixArgs& a, int v, int64_t t) 
 }
 
 __global__ void __launch_bounds__(kThreads) PartialKernel(const MixArgs a) {
+  PdlEnter();
   __shared__ float red[kThreads / 32][2 * kVecs];
   const int64_t t = blockIdx.y, split = blockIdx.x;
   const int64_t lo = split * kSplit, hi = min(a.n, lo + kSplit);
@@ -65,6 +67,7 @@ __global__ void __launch_bounds__(kThreads) PartialKernel(const MixArgs a) {
 }
 
 __global__ void __launch_bounds__(kThreads) BlendKernel(const MixArgs a) {
+  PdlEnter();
   __shared__ float p[kVecs];
   const int64_t t = blockIdx.y, split = blockIdx.x;
   // The splits' partial sums of vector v, summed by warp v % 8: lane j takes splits j, j + 32, ...,
@@ -143,10 +146,8 @@ cudaError_t ResidualMix(const ResidualMixParams& p, cudaStream_t stream) {
   a.eps = p.eps;
   a.ws = p.workspace;
   const dim3 grid(static_cast<unsigned>(a.n_splits), static_cast<unsigned>(p.n_tokens));
-  PartialKernel<<<grid, kThreads, 0, stream>>>(a);
-  K3_CUDA_CHECK(cudaGetLastError());
-  BlendKernel<<<grid, kThreads, 0, stream>>>(a);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(PartialKernel, grid, kThreads, 0, stream, a));
+  K3_CUDA_CHECK(LaunchKernel(BlendKernel, grid, kThreads, 0, stream, a));
   return cudaSuccess;
 }
 

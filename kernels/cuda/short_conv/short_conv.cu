@@ -2,6 +2,7 @@
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -12,6 +13,7 @@ constexpr int kMax = static_cast<int>(kShortConvMaxTaps);
 // One thread per (sequence, channel): the window of the last taps-1 inputs lives in registers
 // (constant indices only: every loop is unrolled to kMax and guarded by `taps`).
 __global__ void __launch_bounds__(kThreads) ShortConvKernel(const ShortConvParams p) {
+  PdlEnter();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   const int64_t s = blockIdx.y;
   if (c >= p.channels) return;
@@ -65,8 +67,7 @@ cudaError_t ShortConvSilu(const ShortConvParams& p, cudaStream_t stream) {
   }
   if (p.in_stride < p.channels || p.out_stride < p.channels || p.n_seqs > 65535) return cudaErrorInvalidValue;
   const dim3 grid(static_cast<unsigned>(detail::CeilDiv(p.channels, kThreads)), static_cast<unsigned>(p.n_seqs));
-  ShortConvKernel<<<grid, kThreads, 0, stream>>>(p);
-  K3_CUDA_CHECK(cudaGetLastError());
+  K3_CUDA_CHECK(LaunchKernel(ShortConvKernel, grid, kThreads, 0, stream, p));
   return cudaSuccess;
 }
 
