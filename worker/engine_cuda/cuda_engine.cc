@@ -23,6 +23,7 @@
 #include "worker/engine_cuda/device_weights.h"
 #include "worker/engine_cuda/engine_kernels.h"
 #include "worker/engine_cuda/products.h"
+#include "worker/engine/bind_shard.h"
 #include "worker/engine_cuda/synth_shard.h"
 #include "worker/engine_cuda/weight_upload.h"
 #include "worker/gguf/gguf_file.h"
@@ -161,17 +162,14 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   {
     engine::ModelWeights w;
     const model::RankShard& s = e->shard_;
-    K3_ASSIGN_OR_RETURN(w.token_embd, host.Rows("token_embd.weight", s.vocab_begin, s.vocab_width));
-    K3_ASSIGN_OR_RETURN(w.output, host.Rows("output.weight", s.vocab_begin, s.vocab_width));
-    K3_ASSIGN_OR_RETURN(w.output_norm, host.Vector("output_norm.weight"));
-    K3_ASSIGN_OR_RETURN(w.output_res_score, host.Vector("output_res_score.weight"));
+    K3_RETURN_IF_ERROR(engine::BindGlobals(host, s, w));
     K3_RETURN_IF_ERROR(up.Globals(e->config_, w, e->impl_.get()));
     host.Clear();
   }
   e->impl_->layers.resize(e->config_.n_layers);
   for (int64_t il = 0; il < e->config_.n_layers; ++il) {
     engine::LayerWeights lw;
-    K3_RETURN_IF_ERROR(SynthLayer(host, e->config_, e->shard_, il, lw));
+    K3_RETURN_IF_ERROR(engine::BindLayer(host, e->config_, e->shard_, il, lw));
     K3_RETURN_IF_ERROR(up.Layer(e->config_, il, lw, e->impl_->layers[il]));
     host.Clear();
     if (options.verbose) {

@@ -1,5 +1,6 @@
-// One rank's shard of a synthetic model, filled from the generator without a file: the same
-// slices as engine::BindWeights (worker/engine/model_weights.cc) takes from a GGUF — rows, column
+// One rank's shard of a synthetic model, filled from the generator without a file: a binder for
+// engine::BindGlobals / BindLayer (worker/engine/bind_shard.h), so the same slices as
+// engine::BindWeights takes from a GGUF — rows, column
 // bands, stacks of heads or experts (with a band of each), vectors — only this rank's bytes
 // computed, weight tensors on the GPU when the device generator supports their type.
 #pragma once
@@ -184,9 +185,5 @@ class SynthHost {
   int64_t device_fills_ = 0;
   std::vector<std::unique_ptr<std::vector<uint8_t>>> store_;
 };
-
-// One layer of this rank's shard: the slices of BindKda / BindMla / BindDense / BindMoe.
-absl::Status SynthLayer(SynthHost& b, const model::K3Config& c, const model::RankShard& s, int64_t il,
-                        engine::LayerWeights& l);
 
 }  // namespace k3::engine_cuda
