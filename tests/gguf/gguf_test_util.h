@@ -12,35 +12,17 @@
 
 #include "gtest/gtest.h"
 #include "worker/gguf/gguf_writer.h"
+#include "tests/common/temp_files.h"
 
 namespace k3::gguf::testing {
 
-// A fresh directory, removed with its contents at scope exit.
-class TempDir {
+// Temporary directories (named k3-gguf-test-XXXXXX), whole-file reads, status messages: tests/common.
+class TempDir : public k3::testing::TempDir {
  public:
-  TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "k3-gguf-test-XXXXXX").string();
-    path_ = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(std::string_view name) const {
-    return (std::filesystem::path(path_) / name).string();
-  }
-
- private:
-  std::string path_;
+  TempDir() : k3::testing::TempDir("k3-gguf-test") {}
 };
-
-// A status message as std::string (Debian's absl::string_view does not work with gmock).
-inline std::string Msg(const absl::Status& s) { return std::string(s.message()); }
-
-inline std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
+using k3::testing::Msg;
+using k3::testing::ReadAll;
 
 inline void WriteAll(const std::string& path, std::span<const uint8_t> bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

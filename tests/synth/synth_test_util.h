@@ -13,32 +13,17 @@
 #include "worker/synth/presets.h"
 #include "worker/synth/synth_model.h"
 #include "worker/synth/synth_writer.h"
+#include "tests/common/temp_files.h"
 
 namespace k3::synth::testing {
 
-// A fresh directory, removed with its contents at scope exit.
-class TempDir {
+// Temporary directories (named k3-synth-test-XXXXXX), whole-file reads, status messages: tests/common.
+class TempDir : public k3::testing::TempDir {
  public:
-  TempDir() {
-    std::string templ = (std::filesystem::temp_directory_path() / "k3-synth-test-XXXXXX").string();
-    path_ = ::mkdtemp(templ.data());
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (std::filesystem::path(path_) / name).string(); }
-
- private:
-  std::string path_;
+  TempDir() : k3::testing::TempDir("k3-synth-test") {}
 };
-
-inline std::string Msg(const absl::Status& s) { return std::string(s.message()); }
-
-inline std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
+using k3::testing::Msg;
+using k3::testing::ReadAll;
 
 inline absl::StatusOr<SynthModel> PresetModel(const std::string& preset, uint64_t seed = 1,
                                               const std::string& quant = "UD-IQ1_S",
