@@ -669,7 +669,6 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(MlaAppend(ap, side_stream_));
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
         if (w.has_gate) K3_CU(Prod(w.gate, m.h, H, m.mgate, nh * vd, n, side_stream_));
-        K3_CU(cudaEventRecord(join_event_, side_stream_));
       }
       K3_CU(Prod(w.q_a, m.h, H, m.qa, ql, n));
       K3_CU(Rms(m.qa, m.qa, w.q_a_norm, n, ql, eps, s));
@@ -755,7 +754,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       } else {
         K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
       }
-      if (side) K3_CU(cudaStreamWaitEvent(s, join_event_, 0));
+      if (side) K3_CU(join_side());  // the gate (nothing else went to the side stream since)
       if (w.has_gate) {
         if (!side) K3_CU(Prod(w.gate, m.h, H, m.mgate, nh * vd, n));
         cuda::SigmoidGateMulParams gp{m.mo, m.mgate, n, nh * vd, nh * vd, nh * vd};
