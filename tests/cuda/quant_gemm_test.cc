@@ -30,6 +30,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/dot.h"
@@ -158,6 +159,16 @@ struct PlainCase {
   int64_t rows, cols, n_tokens;
   bool split = false;
   Knobs knobs = {};
+  int64_t blas_rows = 0;  // > 0: QuantGemmBlas with a weight scratch of this many rows (multiple of 128)
+};
+
+// A cuBLAS handle for the test's lifetime.
+struct BlasHandle {
+  cublasHandle_t h = nullptr;
+  BlasHandle() { EXPECT_EQ(cublasCreate(&h), CUBLAS_STATUS_SUCCESS); }
+  ~BlasHandle() {
+    if (h != nullptr) cublasDestroy(h);
+  }
 };
 
 // One QuantGemm call on dense inputs: y [n_tokens][y_stride], poisoned with NaN before the call
@@ -185,7 +196,16 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
   DeviceBuffer<uint8_t> d_ws(std::max<size_t>(QuantGemmWorkspaceBytes(p), 1));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
-  const cudaError_t e = QuantGemm(p, nullptr);
+  cudaError_t e = cudaSuccess;
+  if (c.blas_rows > 0) {
+    BlasHandle blas;
+    DeviceBuffer<uint8_t> d_wh(static_cast<size_t>(c.blas_rows * c.cols * 2));
+    e = QuantGemmBlas(p, BlasScratch{blas.h, d_wh.get(), d_wh.size()}, nullptr);
+    const cudaError_t done = cudaDeviceSynchronize();  // before the scratch and handle go
+    EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+  } else {
+    e = QuantGemm(p, nullptr);
+  }
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   const cudaError_t done = cudaDeviceSynchronize();
   EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
@@ -195,7 +215,8 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
 
 std::string PlainName(const PlainCase& c) {
   return std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" + std::to_string(c.rows) +
-         " tokens " + std::to_string(c.n_tokens) + (c.split ? " split" : "") + c.knobs.Name();
+         " tokens " + std::to_string(c.n_tokens) + (c.split ? " split" : "") + c.knobs.Name() +
+         (c.blas_rows > 0 ? " cuBLAS, row blocks of " + std::to_string(c.blas_rows) : std::string());
 }
 
 void RunPlain(const PlainCase& c, uint64_t seed) {
@@ -637,6 +658,115 @@ TEST(QuantGemmTest, GraphCaptureAndReplay) {
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(stream);
+}
+
+// ---- the cuBLAS form ----
+
+// QuantDequantF16 writes the CPU decoder's value rounded to nearest f16, bit for bit (a zero's sign
+// aside: IQ1_S's f16 decode may give -0 for d = -0), for every type, from an inner row on.
+TEST(QuantGemmBlasTest, DequantF16IsTheDecoderRoundedToHalf) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(7000);
+  const int64_t rows = 37, cols = 512, begin = 5, n = 30;
+  for (GgmlType type : AllGpuTypes()) {
+    SCOPED_TRACE(quant::TypeName(type));
+    const std::vector<uint8_t> w = RandomQuantRows(type, rows, cols, rng);
+    DeviceBuffer<uint8_t> d_w(w);
+    DeviceBuffer<uint16_t> d_out(static_cast<size_t>(n * cols));
+    QuantDequantF16Params p{type, d_w.get(), cols, RowBytes(type, cols), begin, n, d_out.get()};
+    K3_ASSERT_LAUNCH(QuantDequantF16(p, nullptr));
+    const std::vector<uint16_t> got = d_out.Download();
+    std::vector<float> row(cols);
+    int64_t differ = 0;
+    for (int64_t r = 0; r < n; ++r) {
+      quant::DequantizeRow(type, w.data() + (begin + r) * RowBytes(type, cols), row.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint16_t want = quant::F32ToF16(row[c]), have = got[r * cols + c];
+        differ += want != have && (want | have) != 0x8000u;
+      }
+    }
+    EXPECT_EQ(differ, 0);
+  }
+}
+
+TEST(QuantGemmBlasTest, EveryTypeInRowBlocks) {
+  K3_REQUIRE_GPU();
+  // 300 rows in blocks of 128: two whole blocks and a partial one; 17 and 130 tokens.
+  uint64_t seed = 7100;
+  for (GgmlType type : AllGpuTypes()) {
+    for (int64_t tokens : {17, 130}) RunPlain({type, 300, 512, tokens, false, {}, 128}, ++seed);
+  }
+}
+
+TEST(QuantGemmBlasTest, K3ProjectionsQ8_0) {
+  K3_REQUIRE_GPU();
+  // The engine's scratch is 64 MiB: 4608 rows of 7168 columns, 2688 of 12288.
+  RunPlain({GgmlType::kQ8_0, 12288, 7168, 600, false, {}, 4608}, 7201);
+  RunPlain({GgmlType::kQ8_0, 7168, 12288, 530, false, {}, 2688}, 7202);
+}
+
+// The router's exact path: cuBLAS's f32 GEMM against the CPU at f32 summation-order tolerance
+// (c2 1e-5, several times the f32 rounding of a 7168-term sum; a product rounded to f16 or TF32
+// anywhere would be off by ~5e-4 · L2).
+TEST(QuantGemmBlasTest, F32GemmIsExactUpToSummationOrder) {
+  K3_REQUIRE_GPU();
+  std::mt19937_64 rng(7300);
+  const int64_t rows = 896, cols = 7168, n = 600, xs = cols + 4, ys = rows + 3;
+  const std::vector<float> w = Normal(rng, rows * cols, 0.0, 0.02), x = Normal(rng, n * xs, 0.0, 1.0);
+  DeviceBuffer<float> d_w(w), d_x(x), d_y(static_cast<size_t>(n * ys));
+  d_y.Poison();
+  BlasHandle blas;
+  const F32GemmParams p{d_w.get(), rows, cols, d_x.get(), xs, d_y.get(), ys, n};
+  K3_ASSERT_LAUNCH(F32GemmBlas(p, blas.h, nullptr));
+  const std::vector<float> y = d_y.Download();
+  std::vector<uint8_t> wb(w.size() * 4);
+  std::memcpy(wb.data(), w.data(), wb.size());
+  const Ref ref = CpuProduct(GgmlType::kF32, wb.data(), rows, cols, x.data(), n, xs);
+  std::vector<int64_t> at(n);
+  std::iota(at.begin(), at.end(), 0);
+  EXPECT_TRUE(CheckRows(y, ys, at, ref, rows, Tol{1e-5, 1e-7}, "F32GemmBlas router 7168->896"));
+  EXPECT_EQ(F32GemmBlas(F32GemmParams{d_w.get(), rows, cols, d_x.get(), cols - 1, d_y.get(), ys, n}, blas.h, nullptr),
+            cudaErrorInvalidValue);
+}
+
+TEST(QuantGemmBlasTest, RejectsBadArguments) {
+  K3_REQUIRE_GPU();
+  BlasHandle blas;
+  DeviceBuffer<uint8_t> d_w(RowBytes(GgmlType::kQ8_0, 256) * 256), d_ws(1 << 20), d_wh(256 * 256 * 2);
+  DeviceBuffer<float> d_x(64 * 256), d_y(64 * 256);
+  DeviceBuffer<int32_t> d_rows(64);
+  QuantGemmParams p;
+  p.type = GgmlType::kQ8_0;
+  p.weight = d_w.get();
+  p.rows = 256;
+  p.cols = 256;
+  p.row_bytes = RowBytes(GgmlType::kQ8_0, 256);
+  p.x = d_x.get();
+  p.x_stride = 256;
+  p.y = d_y.get();
+  p.y_stride = 256;
+  p.n_tokens = 64;
+  p.workspace = d_ws.get();
+  p.workspace_bytes = d_ws.size();
+  const BlasScratch ok{blas.h, d_wh.get(), d_wh.size()};
+  EXPECT_EQ(QuantGemmBlas(p, ok, nullptr), cudaSuccess);
+  EXPECT_EQ(QuantGemmBlas(p, BlasScratch{blas.h, d_wh.get(), 127 * 256 * 2}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(QuantGemmBlas(p, BlasScratch{nullptr, d_wh.get(), d_wh.size()}, nullptr), cudaErrorInvalidValue);
+  QuantGemmParams q = p;
+  q.split_x = true;
+  EXPECT_EQ(QuantGemmBlas(q, ok, nullptr), cudaErrorInvalidValue);
+  q = p;
+  q.x_rows = d_rows.get();
+  q.x_src_rows = 64;
+  EXPECT_EQ(QuantGemmBlas(q, ok, nullptr), cudaErrorInvalidValue);
+  q = p;
+  q.workspace_bytes = 100;
+  EXPECT_EQ(QuantGemmBlas(q, ok, nullptr), cudaErrorInvalidValue);
+  q = p;
+  q.cols = 250;  // not whole blocks
+  q.row_bytes = 0;
+  EXPECT_NE(QuantGemmBlas(q, ok, nullptr), cudaSuccess);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
 }
 
 TEST(QuantGemmTest, RejectsBadArguments) {

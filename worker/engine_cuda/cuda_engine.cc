@@ -14,6 +14,7 @@
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/cuda/mla/mla_prefill.h"
 #include "kernels/cuda/moe/moe_router.h"
+#include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/cuda/residual_mix/residual_mix.h"
 #include "kernels/cuda/short_conv/short_conv.h"
@@ -65,6 +66,7 @@ struct CudaEngine::Impl : DGlobals {
   void* group_ws = nullptr;
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;
+  cuda::BlasScratch blas;     // the cuBLAS form's handle and f16 weight rows (blas_min_rows)
   float* logits_h = nullptr;  // pinned [B][band]
   // Band summaries (ForwardSummaries): BandTop's outputs for up to `rows` rows, their pinned
   // copies, and its workspace.
@@ -74,6 +76,7 @@ struct CudaEngine::Impl : DGlobals {
   size_t band_ws_bytes = 0;
 
   ~Impl() {
+    if (blas.handle) cublasDestroy(blas.handle);
     if (meta_h) cudaFreeHost(meta_h);
     if (pmeta_h) cudaFreeHost(pmeta_h);
     if (logits_h) cudaFreeHost(logits_h);
@@ -202,6 +205,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_CU(cudaEventCreateWithFlags(&mid_event_, cudaEventDisableTiming));
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
+  if (options.blas_min_rows < 0) return absl::InvalidArgumentError("blas_min_rows must be >= 0");
   if (options.dense_gemv_max_rows < 1 || options.dense_gemv_max_rows > kGemvMaxRows) {
     return absl::InvalidArgumentError(absl::StrCat("dense_gemv_max_rows must be in 1..", kGemvMaxRows));
   }
@@ -313,6 +317,21 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     m.gemm_ws_bytes = (static_cast<size_t>(std::max(B * widest, B * K * std::max<int64_t>(Fw, 1))) * 2 + 255) / 256 * 256;
     K3_ASSIGN_OR_RETURN(uint8_t* gws, m.Alloc<uint8_t>(m.gemm_ws_bytes));
     m.gemm_ws = gws;
+    if (!options.exact_prefill && options.blas_min_rows > 0 && B >= options.blas_min_rows) {
+      // cuBLAS gets its own workspace (no allocation inside a step, capturable).
+      constexpr size_t kBlasWeightBytes = size_t{64} << 20, kBlasWorkspaceBytes = size_t{32} << 20;
+      m.blas.weight_bytes = std::max(kBlasWeightBytes, cuda::QuantGemmBlasMinScratch(widest));
+      K3_ASSIGN_OR_RETURN(uint8_t * bw, m.Alloc<uint8_t>(m.blas.weight_bytes));
+      K3_ASSIGN_OR_RETURN(uint8_t * bws, m.Alloc<uint8_t>(kBlasWorkspaceBytes));
+      m.blas.weights = bw;
+      if (cublasCreate(&m.blas.handle) != CUBLAS_STATUS_SUCCESS) {
+        m.blas.handle = nullptr;
+        return absl::InternalError("cublasCreate failed");
+      }
+      if (cublasSetWorkspace(m.blas.handle, bws, kBlasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
+        return absl::InternalError("cublasSetWorkspace failed");
+      }
+    }
   }
   K3_ASSIGN_OR_RETURN(m.r, F(B * L));
   K3_ASSIGN_OR_RETURN(m.xe, F(B * K * L));
@@ -564,9 +583,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const int32_t* slots_d = v.slots;
   const int32_t* bt_d = v.block_tables;
   // Products (Product, products.h): the f32 GEMV, the tensor-core GEMV up to kMmaMaxRows rows, the
-  // tile GEMM beyond (unless exact_prefill).
+  // tile GEMM beyond, cuBLAS from blas_min_rows rows (unless exact_prefill).
   const bool exact = options_.exact_prefill;
-  const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes};
+  const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes, m.blas, options_.blas_min_rows};
   // Decode steps (one token per sequence) above dense_gemv_max_rows rows take the tensor-core GEMV;
   // a prefill run of up to kGemvMaxRows tokens stays on the exact f32 GEMV.
   const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;
@@ -868,7 +887,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
         if (w.has_shared) K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
       }
-      K3_CU(Gemv(w.router, m.h, H, m.rlogits, E, n, s));
+      K3_CU(ExactProduct(w.router, m.h, H, m.rlogits, E, n, gws, s));
       cuda::MoeRouterParams rp;
       rp.logits = m.rlogits;
       rp.logits_stride = E;

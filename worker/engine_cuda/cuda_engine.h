@@ -87,6 +87,12 @@ struct CudaEngineOptions {
   // multiply in integers (QuantGemvParams::int8_x; ~2x faster expert GEMVs). Not exact: on the
   // golden model held to llama.cpp's closeness (which rounds every product's input so).
   bool int8_expert_x = false;
+  // Steps of at least this many rows (prefill chunks) run their plain products on cuBLAS's f16
+  // GEMM (kernels/cuda/quant_gemm/blas_gemm.h: the tile GEMM's operands, ~3x its rate on the K3
+  // projections; the weights are decoded to f16 a block of rows at a time into a 64 MiB scratch,
+  // a cost that pays from a few hundred rows on). 0: never (the tile GEMM). Unused with
+  // exact_prefill. The MoE's grouped expert products stay on the tile GEMM.
+  int64_t blas_min_rows = 512;
   bool verbose = true;        // progress lines while uploading
 };
 

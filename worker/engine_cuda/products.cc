@@ -75,7 +75,21 @@ cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, i
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;
+  if (ws.blas.handle != nullptr && ws.blas_min_rows > 0 && n >= ws.blas_min_rows) {
+    return cuda::QuantGemmBlas(p, ws.blas, s);
+  }
   return cuda::QuantGemm(p, s);
+}
+
+cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                         GemmScratch ws, cudaStream_t s) {
+  const void* f32 = w.data != nullptr ? w.data : w.direct;  // F32's direct form is the matrix itself
+  if (w.type == quant::GgmlType::kF32 && f32 != nullptr && w.row_bytes == static_cast<size_t>(w.cols) * 4 &&
+      ws.blas.handle != nullptr && ws.blas_min_rows > 0 && n >= ws.blas_min_rows) {
+    const cuda::F32GemmParams p{static_cast<const float*>(f32), w.rows, w.cols, x, x_stride, y, y_stride, n};
+    return cuda::F32GemmBlas(p, ws.blas.handle, s);
+  }
+  return Gemv(w, x, x_stride, y, y_stride, n, s);
 }
 
 cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "kernels/cuda/norm/norm.h"
+#include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "worker/engine_cuda/device_weights.h"
 #include "worker/model/k3_config.h"
@@ -33,10 +34,14 @@ inline constexpr int64_t kMmaMaxRows = 32;
 // pairs.
 inline constexpr int64_t kMoePairMaxRows = 64;
 
-// Scratch of the tensor-core GEMM (its f16 copy of the activations).
+// Scratch of the tensor-core GEMM (its f16 copy of the activations), and the cuBLAS form's handle
+// and f16 weight rows: plain products of at least blas_min_rows rows take QuantGemmBlas
+// (kernels/cuda/quant_gemm/blas_gemm.h) when blas.handle is set.
 struct GemmScratch {
   void* data = nullptr;
   size_t bytes = 0;
+  cuda::BlasScratch blas = {};
+  int64_t blas_min_rows = 0;  // 0: never
 };
 
 // y = W x for n rows through a GEMV: the direct-load kernel when w has its direct form.
@@ -51,11 +56,16 @@ cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const
 
 // y = W x for n rows: the f32 GEMV up to gemv_max_rows rows (<= kGemvMaxRows); then, up to
 // kMmaMaxRows rows, the tensor-core GEMV where w has a direct Q8_0 form and the f32 GEMV for the
-// other matrices (small ones: router, gate and beta projections); the tile GEMM beyond (exact_only:
-// always the f32 GEMV). So steps of up to kMmaMaxRows rows never use the GEMM workspace. A matrix
-// with only its direct form (data null: a stack) never takes the tile GEMM.
+// other matrices (small ones: router, gate and beta projections); the tile GEMM beyond, or cuBLAS
+// from ws.blas_min_rows rows (exact_only: always the f32 GEMV). So steps of up to kMmaMaxRows rows never use the GEMM
+// workspace. A matrix with only its direct form (data null: a stack) never takes the tile GEMM.
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                     bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows);
+
+// y = W x kept exact (up to summation order) at any n: the f32 GEMV, or for F32 weights and runs of
+// at least ws.blas_min_rows rows cuBLAS's f32 GEMM (the MoE router: rounding could change routing).
+cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                         GemmScratch ws, cudaStream_t s);
 
 // Matrix i of a stack as a plain matrix.
 inline DMat Slice(const DStack& w, int64_t i) {

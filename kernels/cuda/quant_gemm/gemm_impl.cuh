@@ -592,6 +592,47 @@ cudaError_t LaunchGemm(const Args& a, cudaStream_t stream) {
   return cudaSuccess;
 }
 
+// ---- decoding whole rows to f16 (the weight side of QuantGemmBlas) ------------------------------
+
+inline constexpr int kDequantThreads = 256;
+
+// Rows [0, n_rows) of a matrix at `w` to f16 [n_rows][cols]: thread = one run of 32 weights
+// (DecodeRuns4F16: the same f16 values the GEMM's W tiles hold), 64-byte stores. Grid-stride.
+template <class F>
+__global__ void __launch_bounds__(kDequantThreads)
+    DequantF16Kernel(const uint8_t* __restrict__ w, int64_t row_bytes, int32_t cols, int64_t n_rows,
+                     uint4* __restrict__ out) {
+  PdlEnter();
+  extern __shared__ __align__(16) uint8_t tables[];
+  constexpr bool kFast = kHasFastDecode<F>;
+  const IqTables tab = StageGemmTables<F, kFast>(tables);
+  __syncthreads();
+  const int64_t runs = cols / 32, total = n_rows * runs;
+  for (int64_t g = static_cast<int64_t>(blockIdx.x) * kDequantThreads + threadIdx.x; g < total;
+       g += static_cast<int64_t>(gridDim.x) * kDequantThreads) {
+    const int64_t r = g / runs;
+    const int e0 = static_cast<int>(g - r * runs) * 32;
+    uint4 h[4];
+    DecodeRuns4F16<F, kFast>(w + r * row_bytes, e0, tab, h);
+    uint4* dst = out + g * 4;  // (r * cols + e0) halfs = g * 32 halfs
+#pragma unroll
+    for (int k = 0; k < 4; ++k) dst[k] = h[k];
+  }
+}
+
+template <class F>
+cudaError_t LaunchDequantF16(const uint8_t* w, int64_t row_bytes, int32_t cols, int64_t n_rows, void* out, int blocks,
+                             cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&DequantF16Kernel<F>);
+  const int smem = qgemv::TableBytes<F>();
+  if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
+  K3_CUDA_CHECK(LaunchKernel(DequantF16Kernel<F>, static_cast<unsigned>(blocks), kDequantThreads, smem, stream, w,
+                             row_bytes, cols, n_rows, static_cast<uint4*>(out)));
+  return cudaSuccess;
+}
+
+using DequantLaunchFn = cudaError_t (*)(const uint8_t*, int64_t, int32_t, int64_t, void*, int, cudaStream_t);
+
 // Dispatch over the token tile (kTokensPlain | kTokensGrouped; a.token_tiles must match) × split_x.
 template <class F, bool kFast>
 cudaError_t LaunchGemmTiles(const Args& a, bool small_tiles, bool split, cudaStream_t stream) {
@@ -613,8 +654,10 @@ cudaError_t LaunchGemmFormat(const Args& a, bool small_tiles, bool split, bool g
 
 using GemmLaunchFn = cudaError_t (*)(const Args&, bool, bool, bool, cudaStream_t);
 
-#define K3_GEMM_DECLARE(NAME) \
-  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, bool generic_decode, cudaStream_t stream);
+#define K3_GEMM_DECLARE(NAME)                                                                                          \
+  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, bool generic_decode, cudaStream_t stream); \
+  cudaError_t DequantLaunch##NAME(const uint8_t* w, int64_t row_bytes, int32_t cols, int64_t n_rows, void* out,        \
+                                  int blocks, cudaStream_t stream);
 K3_GEMM_DECLARE(F32)
 K3_GEMM_DECLARE(F16)
 K3_GEMM_DECLARE(BF16)
@@ -637,9 +680,14 @@ K3_GEMM_DECLARE(IQ1_M)
 K3_GEMM_DECLARE(IQ4_XS)
 #undef K3_GEMM_DECLARE
 
-#define K3_GEMM_DEFINE(NAME)                                                                                       \
-  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, bool generic_decode, cudaStream_t stream) { \
-    return LaunchGemmFormat<qgemv::Fmt##NAME>(a, small_tiles, split, generic_decode, stream);                         \
+#define K3_GEMM_DEFINE(NAME)                                                                                    \
+  cudaError_t GemmLaunch##NAME(const Args& a, bool small_tiles, bool split, bool generic_decode,                \
+                               cudaStream_t stream) {                                                           \
+    return LaunchGemmFormat<qgemv::Fmt##NAME>(a, small_tiles, split, generic_decode, stream);                   \
+  }                                                                                                             \
+  cudaError_t DequantLaunch##NAME(const uint8_t* w, int64_t row_bytes, int32_t cols, int64_t n_rows, void* out, \
+                                  int blocks, cudaStream_t stream) {                                            \
+    return LaunchDequantF16<qgemv::Fmt##NAME>(w, row_bytes, cols, n_rows, out, blocks, stream);                 \
   }
 
 }  // namespace k3::cuda::qgemm

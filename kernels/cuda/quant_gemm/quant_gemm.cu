@@ -1,6 +1,7 @@
 // Host side of the dequantizing GEMM: validation, tile geometry, dispatch per format.
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -40,31 +41,42 @@ cudaError_t PrepareGemmKernel(const void* kernel, int smem_bytes) {
 
 namespace {
 
-GemmLaunchFn FindLaunch(quant::GgmlType type) {
+// The launchers of one format.
+struct FormatLaunch {
+  GemmLaunchFn gemm = nullptr;
+  DequantLaunchFn dequant = nullptr;
+};
+
+FormatLaunch FindLaunch(quant::GgmlType type) {
   using quant::GgmlType;
+#define K3_GEMM_CASE(NAME) \
+  case GgmlType::k##NAME:  \
+    return {GemmLaunch##NAME, DequantLaunch##NAME};
   switch (type) {
-    case GgmlType::kF32: return GemmLaunchF32;
-    case GgmlType::kF16: return GemmLaunchF16;
-    case GgmlType::kBF16: return GemmLaunchBF16;
-    case GgmlType::kQ8_0: return GemmLaunchQ8_0;
-    case GgmlType::kQ4_0: return GemmLaunchQ4_0;
-    case GgmlType::kQ5_0: return GemmLaunchQ5_0;
-    case GgmlType::kIQ4_NL: return GemmLaunchIQ4_NL;
-    case GgmlType::kQ2_K: return GemmLaunchQ2_K;
-    case GgmlType::kQ3_K: return GemmLaunchQ3_K;
-    case GgmlType::kQ4_K: return GemmLaunchQ4_K;
-    case GgmlType::kQ5_K: return GemmLaunchQ5_K;
-    case GgmlType::kQ6_K: return GemmLaunchQ6_K;
-    case GgmlType::kIQ2_XXS: return GemmLaunchIQ2_XXS;
-    case GgmlType::kIQ2_XS: return GemmLaunchIQ2_XS;
-    case GgmlType::kIQ2_S: return GemmLaunchIQ2_S;
-    case GgmlType::kIQ3_XXS: return GemmLaunchIQ3_XXS;
-    case GgmlType::kIQ3_S: return GemmLaunchIQ3_S;
-    case GgmlType::kIQ1_S: return GemmLaunchIQ1_S;
-    case GgmlType::kIQ1_M: return GemmLaunchIQ1_M;
-    case GgmlType::kIQ4_XS: return GemmLaunchIQ4_XS;
-    default: return nullptr;
+    K3_GEMM_CASE(F32)
+    K3_GEMM_CASE(F16)
+    K3_GEMM_CASE(BF16)
+    K3_GEMM_CASE(Q8_0)
+    K3_GEMM_CASE(Q4_0)
+    K3_GEMM_CASE(Q5_0)
+    K3_GEMM_CASE(IQ4_NL)
+    K3_GEMM_CASE(Q2_K)
+    K3_GEMM_CASE(Q3_K)
+    K3_GEMM_CASE(Q4_K)
+    K3_GEMM_CASE(Q5_K)
+    K3_GEMM_CASE(Q6_K)
+    K3_GEMM_CASE(IQ2_XXS)
+    K3_GEMM_CASE(IQ2_XS)
+    K3_GEMM_CASE(IQ2_S)
+    K3_GEMM_CASE(IQ3_XXS)
+    K3_GEMM_CASE(IQ3_S)
+    K3_GEMM_CASE(IQ1_S)
+    K3_GEMM_CASE(IQ1_M)
+    K3_GEMM_CASE(IQ4_XS)
+    default:
+      return {};
   }
+#undef K3_GEMM_CASE
 }
 
 bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
@@ -110,7 +122,7 @@ __global__ void __launch_bounds__(kConvThreads) XToHalfKernel(const float* __res
 }  // namespace
 }  // namespace qgemm
 
-bool QuantGemmSupports(quant::GgmlType type) { return qgemm::FindLaunch(type) != nullptr; }
+bool QuantGemmSupports(quant::GgmlType type) { return qgemm::FindLaunch(type).gemm != nullptr; }
 
 size_t QuantGemmWorkspaceBytes(const QuantGemmParams& p) {
   if (p.cols <= 0 || qgemm::SourceRows(p) < 0) return 0;
@@ -123,7 +135,7 @@ double QuantGemmFlops(const QuantGemmParams& p, int64_t grouped_rows) {
 
 cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   using namespace qgemm;
-  const GemmLaunchFn launch = FindLaunch(p.type);
+  const GemmLaunchFn launch = FindLaunch(p.type).gemm;
   if (launch == nullptr) return cudaErrorInvalidValue;
   const quant::TypeTraits& tr = quant::Traits(p.type);
   const int64_t be = tr.block_elems, bb = tr.block_bytes;
@@ -200,6 +212,43 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)),
                              kConvThreads, 0, stream, p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl));
   K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, p.generic_decode, stream));
+  return cudaSuccess;
+}
+
+cudaError_t QuantDequantF16(const QuantDequantF16Params& p, cudaStream_t stream) {
+  using namespace qgemm;
+  const DequantLaunchFn launch = FindLaunch(p.type).dequant;
+  if (launch == nullptr) return cudaErrorInvalidValue;
+  const quant::TypeTraits& tr = quant::Traits(p.type);
+  if (p.cols <= 0 || p.cols % tr.block_elems != 0 || p.cols % 32 != 0 || p.cols > (int64_t{1} << 25)) {
+    return cudaErrorInvalidValue;
+  }
+  if (static_cast<int64_t>(p.row_bytes) != p.cols / tr.block_elems * tr.block_bytes) return cudaErrorInvalidValue;
+  if (p.row_begin < 0 || p.n_rows < 0) return cudaErrorInvalidValue;
+  if (p.n_rows == 0) return cudaSuccess;
+  if (p.weight == nullptr || p.out == nullptr) return cudaErrorInvalidValue;
+  if (!Aligned16(p.weight) || !Aligned16(p.out)) return cudaErrorMisalignedAddress;
+  const int64_t runs = p.n_rows * (p.cols / 32);
+  const int64_t blocks = std::min<int64_t>((runs + kDequantThreads - 1) / kDequantThreads, 4096);
+  const uint8_t* w = static_cast<const uint8_t*>(p.weight) + p.row_begin * static_cast<int64_t>(p.row_bytes);
+  return launch(w, static_cast<int64_t>(p.row_bytes), static_cast<int32_t>(p.cols), p.n_rows, p.out,
+                static_cast<int>(blocks), stream);
+}
+
+cudaError_t RoundRowsToHalf(const float* x, int64_t x_stride, int64_t n_rows, int64_t cols, void* out,
+                            cudaStream_t stream) {
+  using namespace qgemm;
+  if (n_rows < 0 || cols <= 0 || cols % 8 != 0 || x_stride < cols || x_stride % 4 != 0 || n_rows > 0x7fffffff ||
+      cols > (int64_t{1} << 25)) {
+    return cudaErrorInvalidValue;
+  }
+  if (n_rows == 0) return cudaSuccess;
+  if (x == nullptr || out == nullptr) return cudaErrorInvalidValue;
+  if (!Aligned16(x) || !Aligned16(out)) return cudaErrorMisalignedAddress;
+  const int64_t col_blocks = (cols / 8 + kConvThreads - 1) / kConvThreads;
+  K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(col_blocks)),
+                             kConvThreads, 0, stream, x, x_stride, static_cast<int32_t>(cols),
+                             static_cast<__half*>(out), static_cast<__half*>(nullptr)));
   return cudaSuccess;
 }
 

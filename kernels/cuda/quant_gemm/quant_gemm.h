@@ -87,6 +87,26 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream);
 // (the numerator of a TFLOP/s figure).
 double QuantGemmFlops(const QuantGemmParams& p, int64_t grouped_rows);
 
+// ---- building blocks of the cuBLAS form (blas_gemm.h) -----------------------------------------
+
+// Rows [row_begin, row_begin + n_rows) of a matrix decoded to f16, row-major [n_rows][cols]: the
+// same f16 values QuantGemm's tiles multiply (the decoder's exact value, rounded to nearest).
+struct QuantDequantF16Params {
+  quant::GgmlType type;  // QuantGemmSupports(type) must hold
+  const void* weight;    // [rows][row_bytes] device, 16-byte aligned (row 0 of the matrix)
+  int64_t cols;          // whole blocks of the type, multiple of 32
+  size_t row_bytes;      // must equal cols / block_elems * block_bytes
+  int64_t row_begin;     // first row decoded
+  int64_t n_rows;        // rows decoded, >= 0
+  void* out;             // [n_rows][cols] f16 device, 16-byte aligned
+};
+cudaError_t QuantDequantF16(const QuantDequantF16Params& p, cudaStream_t stream);
+
+// x f32 [n_rows][x_stride] -> f16 [n_rows][cols], round to nearest (QuantGemm's pre-pass).
+// cols a multiple of 8, x_stride a multiple of 4 and >= cols, x and out 16-byte aligned.
+cudaError_t RoundRowsToHalf(const float* x, int64_t x_stride, int64_t n_rows, int64_t cols, void* out,
+                            cudaStream_t stream);
+
 // ---- MoE token grouping and combination -------------------------------------------------------
 
 // Groups the router's choices by expert for the grouped QuantGemm, deterministically: grouped
