@@ -19,6 +19,7 @@
 //   k3_cuda_decode_bench --preset slice --layers 8 --batches 0 --prefill 4096,8192 --chunk 2048
 //   ncu --profile-from-start off --clock-control none --print-summary per-kernel (then:)
 //       k3_cuda_decode_bench --preset slice --layers 4 --batches 1 --steps 4 --ncu-step
+//       k3_cuda_decode_bench --preset slice --layers 4 --batches 0 --prefill 4096 --chunk 4096 --ncu-prefill
 // --exact-mla-decode: decode steps' MLA attention on the exact f32 kernel (the default, --tc-mla-decode:
 // tensor cores, CudaEngineOptions::tc_mla_decode);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
@@ -88,7 +89,7 @@ int main(int argc, char** argv) {
 int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
-  bool f16 = false, graphs = true, ncu_step = false, tc_mla = true, int8_experts = false;
+  bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -111,6 +112,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop
+    else if (a == "--ncu-prefill")
+      ncu_prefill = true;  // the timed prefill run between them
     else { std::fprintf(stderr, "unknown argument %s\n", a.c_str()); return 2; }
   }
   std::vector<int64_t> batches = ParseList(batches_s);
@@ -221,7 +224,9 @@ int Main(int argc, char** argv, int rank, int ranks) {
       if (auto s = eng.Add(pre_id); !s.ok()) { std::fprintf(stderr, "add: %s\n", std::string(s.message()).c_str()); return 1; }
       engine_cuda::StepProfile prof;
       const auto a = std::chrono::steady_clock::now();
+      if (ncu_prefill && rep == 1) cudaProfilerStart();
       auto s = eng.Prefill(pre_id, toks_n, false, nullptr, rep == 2 ? &prof : nullptr);
+      if (ncu_prefill && rep == 1) cudaProfilerStop();
       const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count();
       if (!s.ok()) { std::fprintf(stderr, "prefill %lld: %s\n", static_cast<long long>(n), std::string(s.message()).c_str()); return 1; }
       (void)eng.Free(pre_id);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The prefill changes of session 7 (KDA runs staged a chunk of tokens ahead; the long prefill
+# products on cuBLAS) on one H200, in two calls (the carry limit keeps the golden model and the two
+# bench binaries apart):
+#   tests: kernels_cuda_test (KDA, the cuBLAS form, the K3 GEMM shapes) and engine_cuda_test.
+#     here:  BINS="kernels_cuda_test engine_cuda_test" bash bench/device/tp_pack.sh
+#     there: bash bench/device/prefill_ab_run.sh tests                  (carry .k3carry)
+#   bench: the decode bench before (the binary $C/bin/k3_cuda_decode_bench_base.xz) and after, one
+#     after the other on the same GPU, prefill 4096 / 8192 / 32768 in chunks of 4096 and decode
+#     batch 1 and 16 at 4k (K3_AB_ARGS replaces those arguments).
+#     there: K3_CARRY=.k3carryB bash bench/device/prefill_ab_run.sh bench
+# Writes $OUT/prefill_ab.log and one .txt per program run.
+set -uo pipefail
+OUT=${OUT:-$PWD/device-out}
+mkdir -p "$OUT"
+exec > >(tee -a "$OUT/prefill_ab.log") 2>&1
+C=$PWD/${K3_CARRY:-.k3carry}
+B=/tmp/k3bin
+mkdir -p $B
+for f in "$C"/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
+export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+case "${1:-tests}" in
+  tests)
+    [ -e /work/shared/data/golden/k3-golden-a.gguf ] || { mkdir -p /work/shared/data && ln -sfn "$C/shared/data/golden" /work/shared/data/golden; }
+    timeout 300 $B/kernels_cuda_test --gtest_color=no \
+      --gtest_filter="${K3_KERNEL_FILTER:-CudaKdaTest.*:CudaShortConvTest.*:QuantGemmBlasTest.*:QuantGemmTest.K3*:QuantGemmTest.EveryType*}" > "$OUT/kernels_test.txt" 2>&1
+    echo "## kernels_cuda_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_test.txt" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|gemm accuracy.*cuBLAS|Failure' "$OUT/kernels_test.txt" | head -30
+    timeout 280 $B/engine_cuda_test --gtest_color=no > "$OUT/engine_test.txt" 2>&1
+    echo "## engine_cuda_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/engine_test.txt" | tr '\n' ' ')"
+    grep -E '^\[  FAILED|relL2|Failure' "$OUT/engine_test.txt" | head -40
+    ;;
+  bench)
+    ARGS="--preset slice --layers 8 --quant UD-IQ1_S ${K3_AB_ARGS:---prefill 4096,8192,32768 --chunk 4096 --ctx 4096 --batches 1,16 --steps 32 --int8-experts}"
+    echo "bench: k3_cuda_decode_bench $ARGS"
+    for b in k3_cuda_decode_bench_base k3_cuda_decode_bench; do
+      echo "## $b"
+      timeout 170 $B/$b $ARGS > "$OUT/$b.txt" 2>&1
+      echo "rc=$?"
+      grep -E '^\| |prefill|Prefill' "$OUT/$b.txt" | head -40
+    done
+    ;;
+esac
