@@ -98,5 +98,69 @@ TEST(CudaShortConvTest, PrefillRunMatchesCpu) {
   EXPECT_TRUE(AllClose(d_hist.Download(), std::vector<double>(history.begin(), history.end()), 0.0, 0.0));
 }
 
+// Runs of n_tokens per sequence from a mid-sequence history (slots permuted), two runs in a row so
+// the history written by one run is read by the next: token tiles of 16 spread a run over many
+// blocks, and only the first tile reads (and then rewrites) the history.
+void RunPrefill(int64_t channels, int64_t taps, int64_t n_seqs, int64_t n_tokens, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "channels " << channels << " taps " << taps << " seqs " << n_seqs << " tokens "
+                                    << n_tokens);
+  std::mt19937_64 rng(seed);
+  const int64_t hist = taps - 1, n_slots = n_seqs + 1, slot_stride = hist * channels + 8;
+  const auto weight = Normal(rng, channels * taps, 0.0, 0.5);
+  std::vector<float> history = Normal(rng, n_slots * slot_stride, 0.0, 1.0);
+  std::vector<int32_t> slots(n_seqs);
+  for (int64_t s = 0; s < n_seqs; ++s) slots[s] = static_cast<int32_t>(n_slots - 1 - s);
+  DeviceBuffer<float> d_w(weight), d_hist(history);
+  DeviceBuffer<int32_t> d_slots(slots);
+  const int64_t in_stride = channels + 4, out_stride = channels + 8, rows = n_seqs * n_tokens;
+  for (int run = 0; run < 2; ++run) {
+    const auto in = Normal(rng, rows * in_stride, 0.0, 1.0);
+    DeviceBuffer<float> d_in(in), d_out(rows * out_stride);
+    d_out.Poison();
+    ShortConvParams p;
+    p.weight = d_w.get();
+    p.history = d_hist.get();
+    p.history_slot_stride = slot_stride;
+    p.slots = d_slots.get();
+    p.in = d_in.get();
+    p.out = d_out.get();
+    p.n_seqs = n_seqs;
+    p.n_tokens = n_tokens;
+    p.channels = channels;
+    p.taps = taps;
+    p.in_stride = in_stride;
+    p.out_stride = out_stride;
+    K3_ASSERT_LAUNCH(ShortConvSilu(p, nullptr));
+    const auto out = d_out.Download();
+    std::vector<float> got;
+    std::vector<double> ref;
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      std::vector<float> r(n_tokens * channels);
+      cpu::ShortConvSilu({weight.data(), history.data() + slots[s] * slot_stride, &in[s * n_tokens * in_stride],
+                          r.data(), channels, taps, n_tokens, in_stride, channels});
+      ref.insert(ref.end(), r.begin(), r.end());
+      for (int64_t t = 0; t < n_tokens; ++t) {
+        const auto row = out.begin() + (s * n_tokens + t) * out_stride;
+        got.insert(got.end(), row, row + channels);
+      }
+    }
+    EXPECT_TRUE(AllClose(got, ref, 1e-5, 1e-6)) << "run " << run;
+    EXPECT_TRUE(AllClose(d_hist.Download(), std::vector<double>(history.begin(), history.end()), 0.0, 0.0))
+        << "history, run " << run;
+  }
+}
+
+TEST(CudaShortConvTest, PrefillTilesMatchCpu) {
+  K3_REQUIRE_GPU();
+  RunPrefill(kDInner, kConvTaps, 1, 300, 11);  // 19 tiles, the last partial
+  RunPrefill(kDInner, kConvTaps, 2, 33, 12);
+  RunPrefill(1000, kConvTaps, 3, 16, 13);  // exactly one tile
+  RunPrefill(1000, kConvTaps, 2, 17, 14);  // one token into the second tile
+  RunPrefill(300, kConvTaps, 1, 2, 15);    // fewer tokens than the history: old and new mixed
+  RunPrefill(300, 2, 2, 40, 16);
+  RunPrefill(300, 1, 1, 20, 17);   // no history at all
+  RunPrefill(256, 16, 1, 50, 18);  // the widest window: 15 inputs back
+}
+
 }  // namespace
 }  // namespace k3::cuda::testing

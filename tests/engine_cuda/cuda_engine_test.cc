@@ -202,8 +202,10 @@ TEST_F(CudaGoldenTest, FastPrefillAtLeastAsCloseAsLlamaCpp) {
     if (chunk == 512 && blas_rows == 512) tile_gemm = got_all;
     // The same f16 operands as the tile GEMM (and the router exact in both): only the order of f32
     // additions differs, which a near-tie in the routing can turn into another expert. Measured on
-    // an H200: relL2 7.4e-4, KL max 6.5e-5, top-1 0.9947; a wrong row block would be off by ~1.
-    if (blas_rows < 512) Bars(tile_gemm, got_all, e->config().vocab, "cuBLAS vs tile GEMM prefill", 3e-3, 1e-3, 0.98);
+    // an H200 (two KDA kernels with different summation orders): relL2 7.4e-4 / 9.1e-4, KL max
+    // 6.5e-5 / 1.0e-3, top-1 0.9947 / 1.0; each path is ~3e-2 from ref-a, and a wrong row block
+    // would be off by ~1.
+    if (blas_rows < 512) Bars(tile_gemm, got_all, e->config().vocab, "cuBLAS vs tile GEMM prefill", 3e-3, 1e-2, 0.98);
   }
 }
 
