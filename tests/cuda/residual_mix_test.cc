@@ -1,6 +1,7 @@
 // ResidualMix against k3::cpu::ResidualMix per token, hidden 7168, 0 / 1 / 8 checkpoints, a batch
-// of tokens, in place and not. Scores come from sums of 7168 products (f32 here, double on the
-// CPU), and enter through a softmax: 1e-5 relative to the largest |input| per element.
+// of tokens (decode-sized, and prefill chunks of >= 512 that take a row per block), in place and not. Scores come from
+// sums of 7168 products (f32 here, double on the CPU), and enter through a softmax: 1e-5 relative to the largest
+// |input| per element.
 #include <random>
 #include <vector>
 
@@ -73,6 +74,10 @@ TEST(CudaResidualMixTest, MatchesCpu) {
   RunMix(8, 5, kHidden, true, 5);
   RunMix(3, 2, 512, false, 6);   // golden model width
   RunMix(2, 2, 1000, false, 7);  // not a multiple of the split
+  // Prefill chunks (>= 512 tokens): a whole row per block.
+  RunMix(1, 600, kHidden, false, 8);
+  RunMix(8, 512, kHidden, true, 9);
+  RunMix(2, 513, 1000, true, 10);
 }
 
 }  // namespace

@@ -9,12 +9,16 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kSplit = 256;  // columns per block: one per thread (28 blocks for a 7168 row, not 7)
+// From this many tokens on (prefill chunks) a block takes a whole row instead: the tokens alone
+// fill the GPU, and 256-column blocks spent their time starting, reducing and re-deriving the
+// softmax (H200, 4096 x 7168, one checkpoint: 392 + 747 us per mix, ~7x its bytes at 4.4 TB/s).
+constexpr int64_t kRowBlockMinTokens = 512;
 constexpr int kVecs = kResidualMixMaxCheckpoints + 1;
 
 struct MixArgs {
   const float* vec[kVecs];  // checkpoints then x
   int n_vec;
-  int64_t bank_stride, x_stride, out_stride, n, n_splits;
+  int64_t bank_stride, x_stride, out_stride, n, split, n_splits;  // split: columns per block
   const float* w;
   float* out;
   float eps;
@@ -29,7 +33,7 @@ __global__ void __launch_bounds__(kThreads) PartialKernel(const MixArgs a) {
   PdlEnter();
   __shared__ float red[kThreads / 32][2 * kVecs];
   const int64_t t = blockIdx.y, split = blockIdx.x;
-  const int64_t lo = split * kSplit, hi = min(a.n, lo + kSplit);
+  const int64_t lo = split * a.split, hi = min(a.n, lo + a.split);
   float ss[kVecs], dot[kVecs];
 #pragma unroll
   for (int v = 0; v < kVecs; ++v) {
@@ -99,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) BlendKernel(const MixArgs a) {
 #pragma unroll
   for (int v = 0; v < kVecs; ++v) prob[v] /= sum;
   const int last = a.n_vec - 1;
-  const int64_t lo = split * kSplit, hi = min(a.n, lo + kSplit);
+  const int64_t lo = split * a.split, hi = min(a.n, lo + a.split);
   for (int64_t i = lo + threadIdx.x; i < hi; i += kThreads) {
     float acc = prob[last] * Row(a, last, t)[i];
 #pragma unroll
@@ -140,7 +144,8 @@ cudaError_t ResidualMix(const ResidualMixParams& p, cudaStream_t stream) {
   a.x_stride = p.x_stride;
   a.out_stride = p.out_stride;
   a.n = p.n;
-  a.n_splits = detail::CeilDiv(p.n, kSplit);
+  a.split = p.n_tokens >= kRowBlockMinTokens ? p.n : kSplit;
+  a.n_splits = detail::CeilDiv(p.n, a.split);
   a.w = p.w;
   a.out = p.out;
   a.eps = p.eps;
