@@ -12,23 +12,14 @@ T0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
 C=$PWD/.k3carry
 B=/tmp/k3ar
-export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 NCCL_DEBUG=WARN
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 stamp machine
 nvidia-smi --query-gpu=index,name,memory.total,clocks.max.sm --format=csv,noheader || true
 nvidia-smi topo -m || true
-mkdir -p $B
-for f in "$C"/bin/*.xz; do
-  b=$(basename "$f" .xz)
-  { xz -dc "$f" 2>/dev/null || python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f"; } > "$B/$b"
-  chmod +x "$B/$b"
-done
-for lib in $(ldd $B/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
-  d=$(find /usr /opt -name "$lib" 2>/dev/null | head -1)
-  echo "library $lib: ${d:-NOT FOUND}"
-  [ -n "$d" ] && export LD_LIBRARY_PATH=$(dirname "$d"):$LD_LIBRARY_PATH
-done
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
+k3_find_missing_libs "$B"
 ldd $B/* | grep "not found" && echo "MISSING LIBRARIES"
 mpirun --version | head -1
 MPI="mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x NVSHMEM_DISABLE_NVLS -x NCCL_DEBUG -x OMPI_MCA_btl_vader_single_copy_mechanism"

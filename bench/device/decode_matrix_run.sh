@@ -16,9 +16,9 @@ if [ "${1:-}" = pack ]; then
 fi
 PHASES=${*:-4k peer long}
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
-B=/tmp/k3kern; mkdir -p $B
-for f in .k3kern/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=$PWD/.k3kern/lib:${LD_LIBRARY_PATH:-}
+B=/tmp/k3kern
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$PWD/.k3kern" "$B" || exit 1
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 S="--preset slice --layers 8 --quant UD-IQ1_S"
 MPI="mpirun -np 2 --bind-to none -x LD_LIBRARY_PATH -x NCCL_NVLS_ENABLE -x OMPI_MCA_btl_vader_single_copy_mechanism"

@@ -10,9 +10,8 @@ OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 C=$PWD/${K3_CARRY:-.k3carry}
 B=/tmp/k3bin
-mkdir -p $B
-export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-xz -dc $C/bin/k3_cuda_decode_bench.xz > $B/k3_cuda_decode_bench && chmod +x $B/k3_cuda_decode_bench
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
 BATCH=${1:-1}
 CTX=${2:-4096}
 # K3_PREFILL=N: one prefill of N tokens in one chunk instead (4 layers: KDA 0-2, MLA 3).

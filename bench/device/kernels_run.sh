@@ -19,9 +19,8 @@ exec > >(tee "$OUT/kernels_run.log") 2>&1
 T0=$(date +%s)
 stamp() { echo "=== [$(( $(date +%s) - T0 ))s] $*"; }
 B=/tmp/k3kern
-mkdir -p $B
-for f in .k3kern/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=$PWD/.k3kern/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$PWD/.k3kern" "$B" || exit 1
 nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader
 stamp "kernels_cuda_test (all)"
 timeout 240 $B/kernels_cuda_test --gtest_color=no --gtest_filter="${K3_TEST_FILTER:-*}" > "$OUT/kernels_test.txt" 2>&1

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Packs binaries built HERE (build/cuda/bin) for a device run: DIR/bin/NAME.xz (stripped) and the
+# Packs binaries built HERE (build/cuda/bin) for a device run (unpacked there by k3_unpack_carry,
+# unpack_carry.sh): DIR/bin/NAME.xz (stripped) and the
 # non-system libraries they load in DIR/lib (the device has CUDA, NCCL and Open MPI, not Abseil,
 # spdlog, fmt or GoogleTest). DIR is git-ignored (.git/info/exclude) and replaced; carry it.
 #   bash bench/device/pack_bins.sh .k3kern kernels_cuda_test k3_cuda_gemv_bench

@@ -11,9 +11,8 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/pdl_ab.log") 2>&1
 C=$PWD/.k3carry
 B=/tmp/k3bin
-mkdir -p $B
-for f in "$C"/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
 export NCCL_NVLS_ENABLE=0 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 [ -e /work/shared/data/golden/k3-golden-a.gguf ] || { mkdir -p /work/shared/data && ln -sfn "$C/shared/data/golden" /work/shared/data/golden; }
 ARGS="--preset slice --layers 8 --quant UD-IQ1_S ${K3_AB_ARGS:---ctx 4096 --batches 1,16 --steps 32 --int8-experts}"

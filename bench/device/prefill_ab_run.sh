@@ -16,9 +16,8 @@ mkdir -p "$OUT"
 exec > >(tee -a "$OUT/prefill_ab.log") 2>&1
 C=$PWD/${K3_CARRY:-.k3carry}
 B=/tmp/k3bin
-mkdir -p $B
-for f in "$C"/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
 case "${1:-tests}" in
   tests)
     [ -e /work/shared/data/golden/k3-golden-a.gguf ] || { mkdir -p /work/shared/data && ln -sfn "$C/shared/data/golden" /work/shared/data/golden; }

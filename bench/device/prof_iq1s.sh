@@ -3,9 +3,10 @@
 # machine: how gemv_iq1s_sub.cu's bottleneck was found. Carry .k3carry with k3_cuda_gemv_bench.xz
 # (strip + xz of build/cuda/bin/k3_cuda_gemv_bench) and the libraries tp_pack.sh copies.
 set -u
-C=$PWD/.k3carry; B=/tmp/k3bin; mkdir -p $B
-export LD_LIBRARY_PATH=$C/lib
-xz -dc $C/bin/k3_cuda_gemv_bench.xz > $B/gb; chmod +x $B/gb
+C=$PWD/.k3carry; B=/tmp/k3bin
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
+ln -sf "$B/k3_cuda_gemv_bench" "$B/gb"
 $B/gb --only="x16" 2>&1 | tail -8
 ncu --kernel-name regex:Iq1sSub --launch-skip 3 --launch-count 1 --set full $B/gb --only="gate 3584->3072 x16" > $OUT/ncu.txt 2>&1
 grep -E "Duration|Throughput|Issue Slots|Warp Cycles|Bank|Wavefronts|Executed Ipc|Registers|Achieved Occupancy|Theoretical Occupancy|Stall|stall|L1/TEX Hit|L2 Hit|DRAM Throughput|Memory Throughput|Compute \(SM\)" $OUT/ncu.txt | head -60

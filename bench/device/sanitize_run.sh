@@ -12,12 +12,9 @@ OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/sanitize.log") 2>&1
 B=/tmp/k3san
-mkdir -p $B
-for f in .k3san/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=$PWD/.k3san/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for lib in $(ldd $B/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
-  d=$(find /usr /opt -name "$lib" 2>/dev/null | head -1); [ -n "$d" ] && export LD_LIBRARY_PATH=$(dirname "$d"):$LD_LIBRARY_PATH
-done
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$PWD/.k3san" "$B" || exit 1
+k3_find_missing_libs "$B"
 rc=0
 for t in kernels_cuda_test engine_cuda_test; do
   echo "=== memcheck $t"

@@ -10,13 +10,9 @@ mkdir -p "$OUT"
 exec > >(tee "$OUT/system.log") 2>&1
 C=$PWD/.k3sys
 B=/tmp/k3sys
-mkdir -p $B
-for f in "$C"/bin/*.xz; do xz -dc "$f" > "$B/$(basename "$f" .xz)"; chmod +x "$B/$(basename "$f" .xz)"; done
-export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-for lib in $(ldd $B/* 2>/dev/null | awk '/not found/ {print $1}' | sort -u); do
-  d=$(find /usr /opt -name "$lib" 2>/dev/null | head -1); echo "library $lib: ${d:-NOT FOUND}"
-  [ -n "$d" ] && export LD_LIBRARY_PATH=$(dirname "$d"):$LD_LIBRARY_PATH
-done
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
+k3_find_missing_libs "$B"
 export NCCL_NVLS_ENABLE=0 NVSHMEM_DISABLE_NVLS=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_btl_vader_single_copy_mechanism=none
 model=$C/golden/k3-golden-a.gguf
