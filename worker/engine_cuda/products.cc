@@ -40,6 +40,9 @@ cuda::QuantGemvDirectParams DirectParams(const DMat& w, const float* x, int64_t 
   return d;
 }
 
+// Whether a product of n rows takes cuBLAS (the handle exists only when blas_min_rows > 0).
+bool TakesBlas(const GemmScratch& ws, int64_t n) { return ws.blas.handle != nullptr && n >= ws.blas_min_rows; }
+
 }  // namespace
 
 cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
@@ -75,9 +78,7 @@ cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, i
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;
-  if (ws.blas.handle != nullptr && ws.blas_min_rows > 0 && n >= ws.blas_min_rows) {
-    return cuda::QuantGemmBlas(p, ws.blas, s);
-  }
+  if (TakesBlas(ws, n)) return cuda::QuantGemmBlas(p, ws.blas, s);
   return cuda::QuantGemm(p, s);
 }
 
@@ -85,7 +86,7 @@ cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float*
                          GemmScratch ws, cudaStream_t s) {
   const void* f32 = w.data != nullptr ? w.data : w.direct;  // F32's direct form is the matrix itself
   if (w.type == quant::GgmlType::kF32 && f32 != nullptr && w.row_bytes == static_cast<size_t>(w.cols) * 4 &&
-      ws.blas.handle != nullptr && ws.blas_min_rows > 0 && n >= ws.blas_min_rows) {
+      TakesBlas(ws, n)) {
     const cuda::F32GemmParams p{static_cast<const float*>(f32), w.rows, w.cols, x, x_stride, y, y_stride, n};
     return cuda::F32GemmBlas(p, ws.blas.handle, s);
   }

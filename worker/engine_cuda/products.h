@@ -41,7 +41,7 @@ struct GemmScratch {
   void* data = nullptr;
   size_t bytes = 0;
   cuda::BlasScratch blas = {};
-  int64_t blas_min_rows = 0;  // 0: never
+  int64_t blas_min_rows = 0;  // used only when blas.handle is set (the engine makes one when > 0)
 };
 
 // y = W x for n rows through a GEMV: the direct-load kernel when w has its direct form.
@@ -57,8 +57,9 @@ cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const
 // y = W x for n rows: the f32 GEMV up to gemv_max_rows rows (<= kGemvMaxRows); then, up to
 // kMmaMaxRows rows, the tensor-core GEMV where w has a direct Q8_0 form and the f32 GEMV for the
 // other matrices (small ones: router, gate and beta projections); the tile GEMM beyond, or cuBLAS
-// from ws.blas_min_rows rows (exact_only: always the f32 GEMV). So steps of up to kMmaMaxRows rows never use the GEMM
-// workspace. A matrix with only its direct form (data null: a stack) never takes the tile GEMM.
+// from ws.blas_min_rows rows (exact_only: always the f32 GEMV). So steps of up to kMmaMaxRows rows
+// never use the GEMM workspace. A matrix with only its direct form (data null: a stack) never takes
+// the tile GEMM.
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                     bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows);
 
