@@ -8,8 +8,9 @@
 // 3072 -> 3584 (down, grouped x) over 896 experts with T·16 grouped rows routed with uneven
 // (log-normal) popularity, and again with uniform popularity (rows per expert ~T·16/896 ± its
 // square root, as a balanced router gives); MoeGroupTokens and MoeCombineGrouped at the same T.
-// `variants` times the expert products under every QuantGemmParams knob instead (IQ1_S decode
-// generic or f16 × token tile 64 or 128; the results are the same bit for bit); `profile` makes
+// `variants` times the expert products under every QuantGemmParams knob instead (the mma.sync
+// kernel with the IQ1_S decode generic or f16 × token tile 64 or 128, the same results bit for bit;
+// its automatic tile; the wgmma kernel, the default on the H200); `profile` makes
 // one launch of each (uniform routing, T = 4096 unless given) for a profiler. Random data,
 // never zeros; 2 warm-up launches, then the mean of back-to-back launches (>= 3, about 100 ms).
 #include <cuda_fp16.h>
@@ -317,12 +318,13 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
     const char* tag;
     bool generic;
     int32_t tile;
+    bool wgmma;
   };
-  const std::vector<Knob> knobs = variants ? std::vector<Knob>{{" [generic t64]", true, 64},
-                                                               {" [generic t128]", true, 128},
-                                                               {" [f16 t64]", false, 64},
-                                                               {" [f16 t128]", false, 128}}
-                                           : std::vector<Knob>{{"", false, 0}};
+  const std::vector<Knob> knobs =
+      variants ? std::vector<Knob>{{" [generic t64]", true, 64, false},   {" [generic t128]", true, 128, false},
+                                   {" [f16 t64]", false, 64, false},      {" [f16 t128]", false, 128, false},
+                                   {" [mma.sync auto]", false, 0, false}, {" [wgmma]", false, 0, true}}
+               : std::vector<Knob>{{"", false, 0, true}};
   for (int64_t T : kTokens) {
     const std::vector<int32_t> hids = RouteIds(T, K, E, rng);
     std::mt19937_64 urng(31 + T);  // its own generator: the log-normal routing stays as before
@@ -364,6 +366,7 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
         p.workspace_bytes = gemm_ws_bytes;
         p.generic_decode = kn.generic;
         p.token_tile = kn.tile;
+        p.wgmma = kn.wgmma;
         // gate/up: 3584 -> 3072, x gathered from the token rows
         p.rows = ffn;
         p.cols = latent;

@@ -123,12 +123,14 @@ Tol TolFor(GgmlType type, bool split) {
 // ---- plain products ----
 
 // The knobs of QuantGemmParams that must not change any result.
+// (wgmma = false keeps IQ1_S on the mma.sync kernel: the same products summed in another order.)
 struct Knobs {
   bool generic_decode = false;
   int32_t token_tile = 0;
+  bool wgmma = true;
   std::string Name() const {
     return std::string(generic_decode ? " generic-decode" : "") +
-           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string());
+           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string()) + (wgmma ? "" : " mma.sync");
   }
 };
 
@@ -193,6 +195,7 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
   p.split_x = c.split;
   p.generic_decode = c.knobs.generic_decode;
   p.token_tile = c.knobs.token_tile;
+  p.wgmma = c.knobs.wgmma;
   DeviceBuffer<uint8_t> d_ws(std::max<size_t>(QuantGemmWorkspaceBytes(p), 1));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
@@ -383,6 +386,7 @@ std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in) 
   p.x_src_rows = c.n_src;
   p.generic_decode = c.knobs.generic_decode;
   p.token_tile = c.knobs.token_tile;
+  p.wgmma = c.knobs.wgmma;
   DeviceBuffer<uint8_t> d_ws(QuantGemmWorkspaceBytes(p));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
@@ -472,8 +476,8 @@ TEST(QuantGemmTest, GroupedEdgeCases) {
     for (bool split : {false, true}) {
       RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, split}, ++seed);
     }
-    if (type == GgmlType::kIQ1_S) {  // the other decode and both token tiles
-      for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{false, 128}, Knobs{true, 128}}) {
+    if (type == GgmlType::kIQ1_S) {  // the mma.sync kernel: the other decode and both token tiles
+      for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{false, 128}, Knobs{true, 128}, Knobs{false, 0, false}}) {
         RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, false, k}, ++seed);
       }
     }
@@ -490,17 +494,18 @@ TEST(QuantGemmTest, GroupedK3ExpertsIQ1S) {
   RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, false}, 21);  // gate / up
   RunGrouped({GgmlType::kIQ1_S, 3584, 3072, 512, off, xr, 512 * 16, 32, false}, 22);  // down
   RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, true}, 23);
+  RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, false, Knobs{false, 0, false}}, 25);
   // T = 4096 on 64 experts (~1000 rows per expert): long groups, many tiles each.
   RandomRouting(4096, 2, 64, 0.05, rng, off, xr);
   RunGrouped({GgmlType::kIQ1_S, 512, 3584, 4096, off, xr, 4096 * 2 + 5, 8, false}, 24);
 }
 
-// IQ1_S's f16 decode against the f16 rounding of the CPU decoder's weights, value for value, and
-// against the generic decode bit for bit: every finite f16 scale d (63488), each over two rows
-// that give it all eight K = 2·ls + 1 with both signs of δ, random grid indices (one block per
-// row). x is the identity (token t = e_t), so y[t][r] = f16(W[r][t]) exactly: subnormal and
-// underflowing weights included. Rows with a weight past the f16 range (|d|·K·9/8 >= 65520) hold
-// inf, so their outputs are NaN (inf·0); there only the two decodes are compared.
+// IQ1_S's f16 decode (wgmma and mma.sync kernels) against the f16 rounding of the CPU decoder's
+// weights, value for value, and against the generic decode bit for bit: every finite f16 scale d (63488), each over two
+// rows that give it all eight K = 2·ls + 1 with both signs of δ, random grid indices (one block per row). x is the
+// identity (token t = e_t), so y[t][r] = f16(W[r][t]) exactly: subnormal and underflowing weights included. Rows with a
+// weight past the f16 range (|d|·K·9/8 >= 65520) hold inf, so their outputs are NaN (inf·0); there only the decodes are
+// compared.
 TEST(QuantGemmTest, Iq1sF16DecodeIsExactForEveryScale) {
   K3_REQUIRE_GPU();
   constexpr int64_t kCols = 256, kScales = 63488, kRows = 2 * kScales, kBlock = 50;
@@ -525,19 +530,28 @@ TEST(QuantGemmTest, Iq1sF16DecodeIsExactForEveryScale) {
   ASSERT_EQ(n, kScales);
   std::vector<float> x(kCols * kCols, 0.0f);
   for (int64_t t = 0; t < kCols; ++t) x[t * kCols + t] = 1.0f;
+  // The f16 decode on the wgmma kernel (x permuted inside windows of 128: a wrong permutation
+  // moves weights to other outputs here) and on the mma.sync kernel, and the generic decode.
   PlainCase c{GgmlType::kIQ1_S, kRows, kCols, kCols};
+  const std::vector<float> y_wgmma = LaunchPlain(c, w, x, kCols, kRows);
+  c.knobs.wgmma = false;
   const std::vector<float> y_f16 = LaunchPlain(c, w, x, kCols, kRows);
   c.knobs.generic_decode = true;
   const std::vector<float> y_gen = LaunchPlain(c, w, x, kCols, kRows);
-  ASSERT_FALSE(y_f16.empty() || y_gen.empty());
+  ASSERT_FALSE(y_wgmma.empty() || y_f16.empty() || y_gen.empty());
+  const std::vector<float>* const outs[3] = {&y_wgmma, &y_f16, &y_gen};
+  const char* const names[3] = {"wgmma f16 decode", "mma.sync f16 decode", "mma.sync generic decode"};
 
-  const BitDiff d = CompareBits(y_f16, y_gen);
-  EXPECT_EQ(d.differ, 0) << "f16 and generic decode differ, first at seq row " << d.first / kRows << " out "
-                         << d.first % kRows;
+  BitDiff d;
+  for (int i = 0; i < 2; ++i) {
+    d = CompareBits(*outs[i], y_gen);
+    EXPECT_EQ(d.differ, 0) << names[i] << " and the generic decode differ, first at seq row " << d.first / kRows
+                           << " out " << d.first % kRows;
+  }
   // Against the CPU: values (the sums start from +0, so a zero weight gives +0 either way). A
-  // subnormal f16 weight that comes out 0 would be the tensor cores flushing it (both decodes
+  // subnormal f16 weight that comes out 0 would be the tensor cores flushing it (every path
   // alike), which is counted apart; any other difference is an error.
-  int64_t bad[2] = {0, 0}, flushed[2] = {0, 0};
+  int64_t bad[3] = {0, 0, 0}, flushed[3] = {0, 0, 0};
   int64_t overflow_rows = 0, subnormal = 0, underflow = 0;
   std::vector<float> row(kCols);
   std::vector<uint16_t> want(kCols);
@@ -558,8 +572,8 @@ TEST(QuantGemmTest, Iq1sF16DecodeIsExactForEveryScale) {
     for (int64_t t = 0; t < kCols; ++t) {
       const float v = quant::F16ToF32(want[t]);
       const bool sub = (want[t] & 0x7c00u) == 0 && (want[t] & 0x3ffu) != 0;
-      for (int i = 0; i < 2; ++i) {
-        const float got = (i == 0 ? y_f16 : y_gen)[t * kRows + r];
+      for (int i = 0; i < 3; ++i) {
+        const float got = (*outs[i])[t * kRows + r];
         if (got == v) continue;
         if (sub && got == 0.0f) {
           ++flushed[i];
@@ -569,21 +583,24 @@ TEST(QuantGemmTest, Iq1sF16DecodeIsExactForEveryScale) {
       }
     }
   }
-  std::printf("  [iq1s f16 decode] %lld rows (%lld with f16 overflow), %lld subnormal and %lld underflowing "
-              "weights; outputs differing from the generic decode only in the sign of zero: %lld; subnormal "
-              "weights read as 0: %lld (f16 decode), %lld (generic)\n",
-              static_cast<long long>(kRows), static_cast<long long>(overflow_rows), static_cast<long long>(subnormal),
-              static_cast<long long>(underflow), static_cast<long long>(d.zero_sign),
-              static_cast<long long>(flushed[0]), static_cast<long long>(flushed[1]));
-  EXPECT_EQ(bad[0], 0) << "f16 decode: outputs differ from f16(CPU weight)";
-  EXPECT_EQ(bad[1], 0) << "generic decode: outputs differ from f16(CPU weight)";
-  EXPECT_EQ(flushed[0], flushed[1]);
+  std::printf(
+      "  [iq1s f16 decode] %lld rows (%lld with f16 overflow), %lld subnormal and %lld underflowing "
+      "weights; outputs differing from the generic decode only in the sign of zero: %lld; subnormal "
+      "weights read as 0: %lld (wgmma), %lld (mma.sync f16 decode), %lld (generic)\n",
+      static_cast<long long>(kRows), static_cast<long long>(overflow_rows), static_cast<long long>(subnormal),
+      static_cast<long long>(underflow), static_cast<long long>(d.zero_sign), static_cast<long long>(flushed[0]),
+      static_cast<long long>(flushed[1]), static_cast<long long>(flushed[2]));
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(bad[i], 0) << names[i] << ": outputs differ from f16(CPU weight)";
+    EXPECT_EQ(flushed[i], flushed[2]) << names[i];
+  }
   EXPECT_GT(overflow_rows, 0);
   EXPECT_GT(subnormal, 0);
   EXPECT_GT(underflow, 0);
 }
 
-// Both IQ1_S decodes and both token tiles give the same outputs bit for bit (with split_x too):
+// On the mma.sync kernel, both IQ1_S decodes and both token tiles give the same outputs bit for
+// bit (with split_x too):
 // grouped experts at the K3 width with 73 rows per group on average (a 4096-token prefill's
 // top-16 of 896) but uneven (groups of 0 to hundreds of rows), and a plain product with a
 // partial row tile and a partial last token tile.
@@ -596,7 +613,7 @@ TEST(QuantGemmTest, Iq1sDecodesAndTilesAgreeBitForBit) {
   const GroupedInputs in = MakeGroupedInputs(g, 52);
   for (bool split : {false, true}) {
     g.split = split;
-    g.knobs = {};
+    g.knobs = Knobs{false, 0, false};
     const std::vector<float> want = LaunchGrouped(g, in);
     for (Knobs k : {Knobs{true, 64}, Knobs{true, 128}, Knobs{false, 64}, Knobs{false, 128}}) {
       g.knobs = k;
@@ -610,6 +627,7 @@ TEST(QuantGemmTest, Iq1sDecodesAndTilesAgreeBitForBit) {
   std::mt19937_64 prng(53);
   const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, prng);
   const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
+  c.knobs = Knobs{false, 0, false};
   const std::vector<float> want = LaunchPlain(c, w, x, c.cols, c.rows);
   for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{true, 64}}) {
     c.knobs = k;

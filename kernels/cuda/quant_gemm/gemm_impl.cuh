@@ -294,6 +294,109 @@ __device__ __forceinline__ void DecodeRuns4F16(const uint8_t* row, int e0, const
   }
 }
 
+// ---- pieces both GEMM kernels share (this one and gemm_iq1s_wgmma.cu's) ---------------------------
+
+// The tile of this block: weight rows [r0, r0 + kBM) of matrix `mat`, sequence rows [p0, p_end).
+struct TileSpan {
+  int64_t r0, p0, p_end, mat;
+};
+
+// Band order (row tile fastest inside a band of a.band row tiles); grouped: group g owns token
+// tiles [off[g]/BN + g, off[g+1]/BN + g + 1), enough for its rows (see kernels/cuda/README.md),
+// and the grid has ceil(n_tokens/BN) + n_groups of them. Every thread of the block calls it (it
+// synchronizes the block). p_end <= p0: nothing to do (uniform over the block).
+template <int BN, int kThreads>
+__device__ __forceinline__ TileSpan FindTile(const Args& a, int32_t* s_group) {
+  const int tid = threadIdx.x;
+  const int64_t lin = blockIdx.x;
+  const int64_t band_tiles = static_cast<int64_t>(a.band) * a.token_tiles;
+  const int64_t band = lin / band_tiles;
+  const int64_t inside = lin - band * band_tiles;
+  const int64_t band_w = min(static_cast<int64_t>(a.band), static_cast<int64_t>(a.row_tiles) - band * a.band);
+  const int64_t row_tile = band * a.band + inside % band_w;
+  const int64_t token_tile = inside / band_w;
+  TileSpan t{row_tile * kBM, 0, 0, 0};
+  int group = 0;
+  if (a.group_offsets == nullptr) {
+    t.p0 = token_tile * BN;
+    t.p_end = min(t.p0 + BN, a.n_tokens);
+  } else {
+    if (tid == 0) *s_group = -1;
+    __syncthreads();
+    for (int g = tid; g < a.n_groups; g += kThreads) {
+      const int64_t lo = a.group_offsets[g], hi = a.group_offsets[g + 1];
+      const int64_t s0 = lo / BN + g, s1 = hi / BN + g + 1;
+      if (s0 <= token_tile && token_tile < s1) *s_group = g;
+    }
+    __syncthreads();
+    group = *s_group;
+    if (group < 0) return t;  // past every group's tiles
+    const int64_t lo = a.group_offsets[group];
+    const int64_t hi = min(static_cast<int64_t>(a.group_offsets[group + 1]), a.n_tokens);
+    t.p0 = lo + (token_tile - (lo / BN + group)) * BN;
+    t.p_end = min(t.p0 + BN, hi);
+  }
+  if (t.p0 < 0) t.p_end = t.p0;
+  t.mat = a.mat_ids != nullptr ? static_cast<int64_t>(a.mat_ids[group]) : group;
+  return t;
+}
+
+// Source row of token slot `slot` of a tile: -1 past the tile (never read into results), -2 for
+// a row outside [0, n_src) (reads zeros).
+__device__ __forceinline__ int32_t SourceRow(const Args& a, int64_t p0, int n_tok, int slot) {
+  if (slot >= n_tok) return -1;
+  const int64_t r = a.x_rows != nullptr ? static_cast<int64_t>(a.x_rows[p0 + slot]) : p0 + slot;
+  return r >= 0 && r < a.n_src ? static_cast<int32_t>(r) : -2;
+}
+
+// cp.async of 16 bytes into shared memory of which the first `src_bytes` (0..16) are read from
+// `src` (16-byte aligned) and the rest are zeros.
+__device__ __forceinline__ void CpAsync16Zfill(void* dst, const void* src, uint32_t src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(SmemAddr(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+
+// Raw chunk c of a tile's kBM weight rows, global -> shared with 16-byte cp.async: lanes
+// [LPR·k, LPR·k + LPR) of a warp copy one row's chunk, 16 bytes each, from the 16-byte boundary at
+// or before it (a row's chunk lands at offset `mis` = its global address mod 16 of the row's
+// kRegion bytes); the last piece reads only up to the chunk's end (the rest zero-filled), so
+// nothing past the matrix is read. The rows of a thread are fixed for the block: their offsets
+// are computed once.
+template <class F, int kThreads>
+struct RawChunkCopy {
+  using G = Geo<F>;
+  static constexpr int kWarps = kThreads / 32;
+  static constexpr int LPR = G::kLanesPerRow, kRowsPerPass = 32 / LPR, kPasses = kBM / (kWarps * kRowsPerPass);
+  static_assert(kBM % (kWarps * kRowsPerPass) == 0);
+  int piece, row_first, n_rows;
+  int64_t row_off_first, row_off_step;
+
+  __device__ __forceinline__ RawChunkCopy(const Args& a, int64_t r0, int rows, int tid) {
+    const int lane = tid & 31, warp = tid >> 5;
+    piece = lane % LPR;
+    row_first = warp * kRowsPerPass + lane / LPR;  // + kWarps·kRowsPerPass per pass
+    n_rows = rows;
+    row_off_first = (r0 + row_first) * a.row_bytes;
+    row_off_step = static_cast<int64_t>(kWarps * kRowsPerPass) * a.row_bytes;
+  }
+
+  // Copies chunk c of the rows into `stage` ([kBM][kRegion] bytes).
+  __device__ __forceinline__ void Issue(const Args& a, const uint8_t* wbase, int c, uint8_t* stage) const {
+    const int64_t chunk_off = static_cast<int64_t>(c) * G::kChunkBytes;
+    const int nbytes = min(G::kChunkBlocks, a.bpr - c * G::kChunkBlocks) * F::kBlockBytes;
+#pragma unroll
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const int r = row_first + ps * kWarps * kRowsPerPass;
+      const int64_t g_lo = row_off_first + ps * row_off_step + chunk_off;
+      const int64_t src = (g_lo & ~int64_t{15}) + 16 * piece;
+      const int64_t left = g_lo + nbytes - src;  // bytes of the chunk from src on
+      if (r < n_rows && left > 0) {
+        CpAsync16Zfill(stage + r * G::kRegion + 16 * piece, wbase + src, static_cast<uint32_t>(min(left, int64_t{16})));
+      }
+    }
+  }
+};
+
 // ---- the kernel ----------------------------------------------------------------------------------
 
 template <class F, int BN, bool kSplit, bool kFast>
@@ -301,12 +404,11 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
     QuantGemmKernel(const Args a) {
   PdlEnter();
   using G = Geo<F>;
-  constexpr int BB = F::kBlockBytes;
   constexpr int kWarpsN = Tile<BN, kSplit>::kWarpsN, kWarpsM = Tile<BN, kSplit>::kWarpsM;
-  constexpr int kThreads = Tile<BN, kSplit>::kThreads, kWarps = kThreads / 32;
-  constexpr int WM = kBM / kWarpsM;             // rows per warp: 64 or 32
-  constexpr int WN = BN / kWarpsN;              // tokens per warp: 64 or 32
-  constexpr int MT = WM / 16, NT = WN / 8;      // mma tiles per warp
+  constexpr int kThreads = Tile<BN, kSplit>::kThreads;
+  constexpr int WM = kBM / kWarpsM;         // rows per warp: 64 or 32
+  constexpr int WN = BN / kWarpsN;          // tokens per warp: 64 or 32
+  constexpr int MT = WM / 16, NT = WN / 8;  // mma tiles per warp
   constexpr int kXHalves = kSplit ? 2 : 1;
   constexpr int D = Pipe<F, BN>::kDist, NSX = Pipe<F, BN>::kXStages, NSR = Pipe<F, BN>::kRawStages;
   constexpr int SPC = G::kStepsPerChunk;
@@ -318,58 +420,13 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // ---- which tile: band order (row tile fastest inside a band of a.band row tiles) ----
-  const int64_t lin = blockIdx.x;
-  const int64_t band_tiles = static_cast<int64_t>(a.band) * a.token_tiles;
-  const int64_t band = lin / band_tiles;
-  const int64_t inside = lin - band * band_tiles;
-  const int64_t band_w = min(static_cast<int64_t>(a.band), static_cast<int64_t>(a.row_tiles) - band * a.band);
-  const int64_t row_tile = band * a.band + inside % band_w;
-  const int64_t token_tile = inside / band_w;
-  const int64_t r0 = row_tile * kBM;
-
-  // ---- which group and sequence rows ----
-  int64_t p0, p_end;
-  int group = 0;
-  if (a.group_offsets == nullptr) {
-    p0 = token_tile * BN;
-    p_end = min(p0 + BN, a.n_tokens);
-  } else {
-    // Group g owns token tiles [off[g]/BN + g, off[g+1]/BN + g + 1): enough for its rows (see
-    // kernels/cuda/README.md), and the grid has ceil(n_tokens/BN) + n_groups of them.
-    if (tid == 0) s_group = -1;
-    __syncthreads();
-    for (int g = tid; g < a.n_groups; g += kThreads) {
-      const int64_t lo = a.group_offsets[g], hi = a.group_offsets[g + 1];
-      const int64_t s0 = lo / BN + g, s1 = hi / BN + g + 1;
-      if (s0 <= token_tile && token_tile < s1) s_group = g;
-    }
-    __syncthreads();
-    group = s_group;
-    if (group < 0) return;  // past every group's tiles
-    const int64_t lo = a.group_offsets[group];
-    const int64_t hi = min(static_cast<int64_t>(a.group_offsets[group + 1]), a.n_tokens);
-    p0 = lo + (token_tile - (lo / BN + group)) * BN;
-    p_end = min(p0 + BN, hi);
-  }
-  if (p0 >= p_end || p0 < 0) return;  // an empty tile (uniform over the block)
-  const int n_tok = static_cast<int>(p_end - p0);
-
-  const int64_t mat = a.mat_ids != nullptr ? static_cast<int64_t>(a.mat_ids[group]) : group;
-  const uint8_t* const wbase = a.w + mat * a.mat_stride;
+  const TileSpan t = FindTile<BN, kThreads>(a, &s_group);
+  if (t.p_end <= t.p0) return;  // an empty tile (uniform over the block)
+  const int64_t r0 = t.r0, p0 = t.p0;
+  const int n_tok = static_cast<int>(t.p_end - t.p0);
+  const uint8_t* const wbase = a.w + t.mat * a.mat_stride;
   const int n_rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - r0));
-
-  if (tid < BN) {  // BN <= kThreads
-    // Source row of token slot tid: -1 past the tile (never read into results), -2 for a row
-    // outside [0, n_src) (reads zeros).
-    const int64_t p = p0 + tid;
-    int32_t src = -1;
-    if (tid < n_tok) {
-      const int64_t r = a.x_rows != nullptr ? static_cast<int64_t>(a.x_rows[p]) : p;
-      src = r >= 0 && r < a.n_src ? static_cast<int32_t>(r) : -2;
-    }
-    s_xrow[tid] = src;
-  }
+  if (tid < BN) s_xrow[tid] = SourceRow(a, p0, n_tok, tid);  // BN <= kThreads
   __syncthreads();  // s_xrow is read by the prologue's copies
 
   // ---- shared memory ----
@@ -379,37 +436,9 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
   __half* const ws = reinterpret_cast<__half*>(raw + NSR * kBM * G::kRegion);  // [2][kBM][kLd]
   __half* const xs = ws + 2 * kBM * kLd;                                   // [NSX][halves][BN][kLd]
 
-  // ---- raw chunk copy: lanes [LPR·k, LPR·k + LPR) of a warp copy one row's chunk, 16 bytes each;
-  // the rows of a thread are fixed for the block, so their offsets are computed once ----
-  constexpr int LPR = G::kLanesPerRow, kRowsPerPass = 32 / LPR, kPasses = kBM / (kWarps * kRowsPerPass);
-  static_assert(kBM % (kWarps * kRowsPerPass) == 0);
-  const int piece = lane % LPR;
-  const int row_first = warp * kRowsPerPass + lane / LPR;  // + kWarps·kRowsPerPass per pass
-  const int64_t row_off_first = (r0 + row_first) * a.row_bytes;
-  const int64_t row_off_step = static_cast<int64_t>(kWarps * kRowsPerPass) * a.row_bytes;
-  const int64_t mat_end16 = a.mat_bytes & ~int64_t{15};
-  auto issue_chunk = [&](int c) {
-    uint8_t* const stage = raw + (c % NSR) * (kBM * G::kRegion);
-    const int64_t chunk_off = static_cast<int64_t>(c) * G::kChunkBytes;
-    const int nbytes = min(G::kChunkBlocks, a.bpr - c * G::kChunkBlocks) * BB;
-#pragma unroll
-    for (int ps = 0; ps < kPasses; ++ps) {
-      const int r = row_first + ps * kWarps * kRowsPerPass;
-      if (r < n_rows) {
-        const int64_t g_lo = row_off_first + ps * row_off_step + chunk_off;
-        const int64_t a_lo = g_lo & ~int64_t{15};
-        const int64_t g_hi = g_lo + nbytes;
-        uint8_t* const dst = stage + r * G::kRegion;
-        const int64_t src = a_lo + 16 * piece;
-        if (src + 16 <= mat_end16) {
-          if (src < g_hi) qgemv::CpAsync16(dst + 16 * piece, wbase + src);
-        } else if (src < g_hi) {  // the last row's tail past the last whole 16 bytes of the matrix
-#pragma unroll 1
-          for (int64_t b = src; b < g_hi && b < src + 16; ++b) dst[b - a_lo] = wbase[b];
-        }
-      }
-    }
-  };
+  // ---- raw chunk copy ----
+  const RawChunkCopy<F, kThreads> raw_copy(a, r0, n_rows, tid);
+  auto issue_chunk = [&](int c) { raw_copy.Issue(a, wbase, c, raw + (c % NSR) * (kBM * G::kRegion)); };
 
   // ---- decode of step s into W buffer `buf`: item = 4 consecutive runs (32 elements) of one
   // row, so a block's or a group's scale is read once for the 4; item = tid + kThreads·u is
@@ -575,6 +604,11 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
     }
   }
 }
+
+// The IQ1_S wgmma kernel (gemm_iq1s_wgmma.cu, sm_90a): 128 weight rows × kWgmmaTokens tokens per
+// block, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`).
+inline constexpr int kWgmmaTokens = 128;
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, cudaStream_t stream);
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream

@@ -88,12 +88,14 @@ size_t PlaneBytes(const QuantGemmParams& p) {
 }
 
 // x f32 [n_src][x_stride] -> hi f16 [n_src][cols] (+ lo = f16((x - hi)·2^11) when split):
-// 8 elements per thread (two float4 loads, one 16-byte store per plane).
+// 8 elements per thread (two float4 loads, one 16-byte store per plane). `permute` (the wgmma
+// kernel's order, hi only): inside each window of 128, element 32·t + 8·l + 4·h + r goes to
+// slot 32·l + 16·h + 2·t + r%2 + 8·(r/2) (gemm_iq1s_wgmma.cu), four 4-byte stores.
 constexpr int kConvThreads = 128;
 
-__global__ void __launch_bounds__(kConvThreads) XToHalfKernel(const float* __restrict__ x, int64_t x_stride,
-                                                              int32_t cols, __half* __restrict__ hi,
-                                                              __half* __restrict__ lo) {
+__global__ void __launch_bounds__(kConvThreads)
+    XToHalfKernel(const float* __restrict__ x, int64_t x_stride, int32_t cols, __half* __restrict__ hi,
+                  __half* __restrict__ lo, bool permute) {
   PdlEnter();
   const int64_t row = blockIdx.x;
   const int64_t c = (static_cast<int64_t>(blockIdx.y) * kConvThreads + threadIdx.x) * 8;
@@ -115,8 +117,29 @@ __global__ void __launch_bounds__(kConvThreads) XToHalfKernel(const float* __res
       lp[k] = PackHalf2((v[2 * k] - f.x) * kLoScale, (v[2 * k + 1] - f.y) * kLoScale);
     }
   }
+  if (permute) {
+    const int64_t win = c & ~int64_t{127};
+    const int u = static_cast<int>(c & 127), t = u >> 5, run = (u >> 3) & 3;
+    uint32_t* const dst = reinterpret_cast<uint32_t*>(hi + row * cols + win + 32 * run + 2 * t);
+    dst[0] = h.x;   // r = 0, 1 of h = 0
+    dst[4] = h.y;   // r = 2, 3: +8 halfs
+    dst[8] = h.z;   // h = 1: +16
+    dst[12] = h.w;  // +24
+    return;
+  }
   *reinterpret_cast<uint4*>(hi + row * cols + c) = h;
   if (lo != nullptr) *reinterpret_cast<uint4*>(lo + row * cols + c) = l;
+}
+
+// Whether the IQ1_S wgmma kernel runs on the current device (sm_90: the build's target is 90a).
+bool WgmmaDevice() {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+    return false;
+  }
+  return major == 9 && minor == 0;
 }
 
 }  // namespace
@@ -172,7 +195,9 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   constexpr int64_t kGroupedWideRows = 56;
   const bool small_tiles = p.token_tile != 0 ? p.token_tile == kTokensGrouped
                                              : grouped && p.n_tokens < kGroupedWideRows * p.n_groups;
-  const int64_t bn = small_tiles ? kTokensGrouped : kTokensPlain;
+  const bool wgmma = p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode &&
+                     p.token_tile == 0 && p.cols % 256 == 0 && WgmmaDevice();
+  const int64_t bn = wgmma ? kWgmmaTokens : small_tiles ? kTokensGrouped : kTokensPlain;
   Args a{};
   a.w = static_cast<const uint8_t*>(p.weight);
   a.mat_stride = p.mat_stride_bytes;
@@ -210,7 +235,8 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   if (static_cast<int64_t>(a.row_tiles) * a.token_tiles > 0x7fffffff) return cudaErrorInvalidValue;
   const int64_t conv_col_blocks = (p.cols / 8 + kConvThreads - 1) / kConvThreads;
   K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)),
-                             kConvThreads, 0, stream, p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl));
+                             kConvThreads, 0, stream, p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl, wgmma));
+  if (wgmma) return GemmLaunchIq1sWgmma(a, stream);
   K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }
@@ -248,7 +274,7 @@ cudaError_t RoundRowsToHalf(const float* x, int64_t x_stride, int64_t n_rows, in
   const int64_t col_blocks = (cols / 8 + kConvThreads - 1) / kConvThreads;
   K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_rows), static_cast<unsigned>(col_blocks)),
                              kConvThreads, 0, stream, x, x_stride, static_cast<int32_t>(cols),
-                             static_cast<__half*>(out), static_cast<__half*>(nullptr)));
+                             static_cast<__half*>(out), static_cast<__half*>(nullptr), false));
   return cudaSuccess;
 }
 

@@ -61,13 +61,17 @@ struct QuantGemmParams {
   void* workspace = nullptr;          // device scratch, 256-byte aligned, >= QuantGemmWorkspaceBytes(*this)
                                       // bytes: the f16 copy of x (rounded once, read by every row tile)
   size_t workspace_bytes = 0;         // its size
-  // Knobs for tests and benchmarks; every setting gives the same results, bit for bit.
+  // Knobs for tests and benchmarks; generic_decode and token_tile give the same results bit for bit.
   bool generic_decode = false;        // decode IQ1_S weights with the generic f32 decoder instead of
                                       // its f16 path (the same f16 values: see gemm_impl.cuh)
   int32_t token_tile = 0;             // tokens per block: 64 or 128, or 0 = chosen from the shape
                                       // (grouped: 128 once n_tokens / n_groups >= 56; that is the
                                       // bound, so a caller that knows the groups to be shorter, as
                                       // with experts spread over ranks, may set 64)
+  // IQ1_S without split_x, generic_decode or token_tile on an sm_90 GPU runs on the wgmma kernel
+  // (gemm_iq1s_wgmma.cu) unless this is false: the same products of the same f16 values, summed in
+  // another order (so not bit for bit the mma.sync kernel's results; the same accuracy bounds).
+  bool wgmma = true;
 };
 
 // Scratch QuantGemm needs for `p` (type, cols, n_tokens, x_rows, x_src_rows, split_x matter):

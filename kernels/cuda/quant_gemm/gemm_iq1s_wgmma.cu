@@ -1,0 +1,348 @@
+// IQ1_S products on Hopper's warpgroup tensor cores (wgmma, sm_90a): the weights are decoded
+// straight into the A-operand registers, the activations stream into shared memory in the layout
+// wgmma reads (B, K-major, 128-byte swizzle). Grouped (MoE experts) and plain, like QuantGemmKernel
+// (gemm_impl.cuh), whose tile order, group lookup and raw-chunk copies it shares.
+//
+// Block: 2 warpgroups (256 threads), 128 weight rows (64 per warpgroup) × 128 tokens, K walked in
+// windows of 128 elements. Per window a thread decodes, for each of its two rows (g and g + 8 of
+// its warp's 16), one IQ1_S group of 32 weights (group 4·(window % 2) + tq of the block: d, qh,
+// K and δ read once; DecodeIq1sGroup: the f16 decode's values, one PRMT per pair): 16 f16 pairs,
+// which are the A fragments of the window's 8 k16-steps, because K is PERMUTED inside each window: A-fragment
+// slot (step s, position p) of thread tq holds weight 32·tq + 4·s + r with r = p%2 + 2·(p/8 % 2),
+// and the pre-pass (quant_gemm.cu, XToHalfKernel) writes x permuted the same way, so every product
+// pairs the same weight and activation as before, only summed in another order.
+// Pipeline (D = kDist windows of loads in flight; one cp.async group and one barrier per window):
+//   window w:  wait for the loads of window w+1 -> barrier -> issue the loads of window w+D ->
+//              wgmma(w) on A[w%2] (asynchronous) -> wait for wgmma(w-1) -> decode window w+1 into
+//              A[(w+1)%2] while wgmma(w) runs.
+// The wgmma width follows the tile's token count (32, 64, 96 or 128): a grouped tile is often short.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/quant_gemm/gemm_impl.cuh"
+
+namespace k3::cuda::qgemm {
+namespace {
+
+using F = qgemv::FmtIQ1_S;
+using G = Geo<F>;  // raw chunk = one 256-element block per row (50 bytes in a region of 80)
+
+constexpr int kThreads = 256;                 // two warpgroups
+constexpr int kBN = kWgmmaTokens;             // tokens per tile
+constexpr int kWK = 128;                      // K elements per window
+constexpr int kAtomBytes = kBN * 128;         // the tile's 64-element K half, 128 bytes per token
+constexpr int kXStageBytes = 2 * kAtomBytes;  // one window of the X tile
+constexpr int kDist = 2;                      // windows of loads in flight
+constexpr int kXStages = kDist + 2;           // see the reuse conditions at the main loop
+constexpr int kRawStages = 2;                 // chunk c reuses c - 2's stage: needs 2·2 >= kDist + 1
+constexpr int kRawBytes = kRawStages * kBM * G::kRegion;
+constexpr int kSelectorGridBytes = 2048 * 8;  // StageIq1sSelectorGrid
+static_assert(2 * kRawStages >= kDist + 1 && kDist >= 2);
+static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
+
+// ---- wgmma -------------------------------------------------------------------------------------
+
+// d[0 .. N/2) += A (64×16, this thread's fragment a) · B (16×N at desc), f16 in, f32 accumulate.
+template <int N>
+__device__ __forceinline__ void WgmmaRs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc);
+
+template <>
+__device__ __forceinline__ void WgmmaRs<32>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
+      "%14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRs<64>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
+      "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, "
+      "%35}, %36, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRs<96>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
+      "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
+      "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "
+      "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "
+      "%57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
+        "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
+        "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
+        "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
+        "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
+        "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
+        "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
+        "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+}
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Shared memory written by this thread's generic stores and cp.async, made visible to the
+// tensor cores' (async proxy's) reads after the next barrier.
+__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+// Keeps the compiler from moving accumulator accesses across the asynchronous wgmma.
+__device__ __forceinline__ void FenceAcc(float (&d)[64]) {
+#pragma unroll
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// Matrix descriptor of a K-major tile with the 128-byte swizzle at shared address `addr` (the
+// swizzle atom, 8 rows × 128 bytes, 1024-byte aligned; a k16 step inside it adds 32 bytes):
+// start >> 4, leading offset 1 (unused with this swizzle), stride 1024 bytes between 8-row groups.
+__device__ __forceinline__ uint64_t DescSw128(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+
+// ---- IQ1_S decode by byte selection --------------------------------------------------------------
+
+// A group's 32 weights take only three values, w(g) = f16(d·K·(g + δ)) for g in {-1, 0, 1},
+// computed with the f16 decode's own instructions (DecodeRuns4F16: HFMA2(g, K, K·δ) exact, then
+// HMUL2 by d), so the same f16 values. They sit in two registers, lo = w(0)|w(0) (bytes 0-3) and
+// hi = w(-1)|w(+1) (bytes 4-7), and each pair of weights is one PRMT of them whose selector
+// (bytes lo(g0) hi(g0) lo(g1) hi(g1): w(0) 0,1; w(-1) 4,5; w(+1) 6,7) the staged grid holds:
+// entry i = the four pairs' 16-bit selectors of grid row i (8 bytes, like the grid itself).
+__device__ __forceinline__ const uint2* StageIq1sSelectorGrid(uint8_t* smem) {
+  uint2* const dst = reinterpret_cast<uint2*>(smem);
+  const uint2* const src = reinterpret_cast<const uint2*>(iqdev::kIq1sGrid);
+  auto sel = [](uint32_t b) { return b == 0 ? 0x10u : (b & 0x80u) ? 0x54u : 0x76u; };  // grid byte -1 = 0xff
+  auto pair = [&](uint32_t w, int j) { return sel((w >> (16 * j)) & 0xffu) | sel((w >> (16 * j + 8)) & 0xffu) << 8; };
+  for (int i = threadIdx.x; i < 2048; i += blockDim.x) {
+    const uint2 g = src[i];
+    dst[i] = make_uint2(pair(g.x, 0) | pair(g.x, 1) << 16, pair(g.y, 0) | pair(g.y, 1) << 16);
+  }
+  return dst;
+}
+
+// The 32 weights of group ib of the IQ1_S block at `blk` (shared, 2-byte aligned) as 16 f16 pairs:
+// pairs[4l + j] = weights 8l + 2j, 8l + 2j + 1 (low half first).
+__device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, const uint2* sel_grid,
+                                                uint32_t (&pairs)[16]) {
+  const uint32_t qh = qgemv::Ld16(blk + 34 + 2 * ib);
+  const uint32_t qs = qgemv::Ld32(blk + 2 + 4 * ib);
+  const __half2 d2 = AsHalf2(qgemv::Ld16(blk) * 0x10001u);
+  const __half2 k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
+  const __half2 kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));     // K·(±1/8), exact
+  const uint32_t lo = AsU32(__hmul2(kd2, d2));                                         // w(0), w(0)
+  const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), k2, kd2), d2));      // w(-1), w(+1)
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint2 s = sel_grid[((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8)];
+    pairs[4 * l + 0] = __byte_perm(lo, hi, s.x);
+    pairs[4 * l + 1] = __byte_perm(lo, hi, s.x >> 16);
+    pairs[4 * l + 2] = __byte_perm(lo, hi, s.y);
+    pairs[4 * l + 3] = __byte_perm(lo, hi, s.y >> 16);
+  }
+}
+
+// ---- the kernel ----------------------------------------------------------------------------------
+
+__global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
+  PdlEnter();
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(16) uint8_t smem[];
+  __shared__ int32_t s_xrow[kBN];
+  __shared__ int32_t s_group;
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const TileSpan t = FindTile<kBN, kThreads>(a, &s_group);
+  if (t.p_end <= t.p0) return;  // an empty tile (uniform over the block)
+  const int64_t r0 = t.r0, p0 = t.p0;
+  const int n_tok = static_cast<int>(t.p_end - t.p0);
+  const uint8_t* const wbase = a.w + t.mat * a.mat_stride;
+  const int n_rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - r0));
+  if (tid < kBN) s_xrow[tid] = SourceRow(a, p0, n_tok, tid);
+
+  // ---- shared memory: [selector grid][raw stages][X stages, 1024-byte aligned] ----
+  const uint2* const sel_grid = StageIq1sSelectorGrid(smem);
+  uint8_t* const raw = smem + kSelectorGridBytes;
+  const uint32_t x_lo = SmemAddr(raw + kRawBytes);
+  uint8_t* const xs = raw + kRawBytes + (((x_lo + 1023u) & ~1023u) - x_lo);
+  const uint32_t xs_addr = SmemAddr(xs);
+  __syncthreads();  // s_xrow
+
+  // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
+  const RawChunkCopy<F, kThreads> raw_copy(a, r0, n_rows, tid);
+  // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i; piece qq lands in K half
+  // qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x and past
+  // the tile are zero-filled (no read).
+  constexpr int kXItems = kBN * 16 / kThreads;
+  const int xqq = tid & 15;
+  const __half* xsrc[kXItems];
+  uint32_t xbytes[kXItems];
+#pragma unroll
+  for (int i = 0; i < kXItems; ++i) {
+    const int32_t src = s_xrow[(tid >> 4) + 16 * i];
+    xsrc[i] = a.xh + (src >= 0 ? static_cast<int64_t>(src) * a.cols + 8 * xqq : 0);
+    xbytes[i] = src >= 0 ? 16u : 0u;
+  }
+  const uint32_t x_dst0 = (xqq >> 3) * kAtomBytes + (tid >> 4) * 128 + (((xqq & 7) ^ ((tid >> 4) & 7)) << 4);
+  auto issue_group = [&](int v) {  // one cp.async group: X(v), and chunk v/2 when v is even
+    uint8_t* const stage = xs + (v % kXStages) * kXStageBytes + x_dst0;
+    const int col = v * kWK;
+#pragma unroll
+    for (int i = 0; i < kXItems; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
+    if (v % 2 == 0) raw_copy.Issue(a, wbase, v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
+  };
+
+  // ---- decode of window v into A fragments: rows mrow and mrow + 8, group 4·(v%2) + tq ----
+  const int tq = lane & 3;
+  const int mrow = 64 * (warp >> 2) + 16 * (warp & 3) + (lane >> 2);
+  int row_mis[2];
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) row_mis[rr] = static_cast<int>(((r0 + mrow + 8 * rr) * a.row_bytes) & 15);
+  auto decode = [&](int v, uint32_t(&A)[8][4]) {
+    const int c = v >> 1;
+    const uint8_t* const stage = raw + (c % kRawStages) * (kBM * G::kRegion);
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = mrow + 8 * rr;
+      uint32_t p[16];
+      if (row < n_rows) {
+        const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
+        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, sel_grid, p);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 16; ++j) p[j] = 0;
+      }
+#pragma unroll
+      for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
+        A[2 * l][rr] = p[4 * l];
+        A[2 * l][2 + rr] = p[4 * l + 1];
+        A[2 * l + 1][rr] = p[4 * l + 2];
+        A[2 * l + 1][2 + rr] = p[4 * l + 3];
+      }
+    }
+  };
+
+  // ---- the window's 8 k16-steps on the tensor cores, N = the tile's tokens rounded up to 32 ----
+  float acc[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+  const int width = (n_tok + 31) / 32;  // 1..4
+  auto mma = [&](int v, const uint32_t(&A)[8][4]) {
+    const uint64_t desc = DescSw128(xs_addr + (v % kXStages) * kXStageBytes);
+    auto steps = [&]<int N>() {
+#pragma unroll
+      for (int s = 0; s < 8; ++s) WgmmaRs<N>(acc, A[s], desc + (((s >> 2) * kAtomBytes + (s & 3) * 32) >> 4));
+    };
+    if (width == 1) {
+      steps.template operator()<32>();
+    } else if (width == 2) {
+      steps.template operator()<64>();
+    } else if (width == 3) {
+      steps.template operator()<96>();
+    } else {
+      steps.template operator()<128>();
+    }
+  };
+
+  // ---- pipeline ----
+  // Group G_v holds X(v) (and chunk v/2 for even v); G_0 .. G_{D-1} in the prologue, G_{w+D} in
+  // iteration w (empty past the end). Iteration w waits for G_{w+1} (wait_group D-2), so X(w) and
+  // the chunk of window w+1 have landed. Reuse is safe because every overwrite is issued after the
+  // barrier that follows the previous occupant's last use:
+  //   X stage (w+D) % NSX: windows w-1 (its wgmma may still run: waited for only at the end of
+  //     iteration w) .. w+D-1 are live, so NSX >= D+2;
+  //   raw stage of chunk c = (w+D)/2: chunk c-2 was last decoded (window 2c-3) in iteration
+  //     2c-4 <= w-1 since 2·2 >= D+1;
+  //   A[(w+1)%2]: last read by wgmma(w-1), waited for (wait_group 1) just before the decode.
+  const int nw = a.cols / kWK;  // even: cols is whole 256-element blocks
+#pragma unroll
+  for (int v = 0; v < kDist; ++v) {
+    if (v < nw) issue_group(v);
+    CpAsyncCommit();
+  }
+  uint32_t A0[8][4], A1[8][4];
+  CpAsyncWait<kDist - 1>();
+  FenceProxyAsync();
+  __syncthreads();  // G_0 (chunk 0, X(0)) and the tables
+  decode(0, A0);
+  auto window = [&](int w, const uint32_t(&cur)[8][4], uint32_t(&next)[8][4]) {
+    CpAsyncWait<kDist - 2>();
+    FenceProxyAsync();
+    __syncthreads();
+    if (w + kDist < nw) issue_group(w + kDist);
+    CpAsyncCommit();
+    FenceAcc(acc);
+    WgmmaFence();
+    mma(w, cur);
+    WgmmaCommit();
+    WgmmaWait<1>();
+    FenceAcc(acc);
+    if (w + 1 < nw) decode(w + 1, next);
+  };
+#pragma unroll 1
+  for (int w = 0; w < nw; w += 2) {
+    window(w, A0, A1);
+    window(w + 1, A1, A0);
+  }
+  WgmmaWait<0>();
+  FenceAcc(acc);
+  CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit
+
+  // ---- epilogue: acc[4j + q] = row mrow + 8(q/2), token 8j + 2tq + q%2 ----
+#pragma unroll
+  for (int j = 0; j < 16; ++j) {
+#pragma unroll
+    for (int q = 0; q < 4; ++q) {
+      const int m = mrow + 8 * (q >> 1), n = 8 * j + 2 * tq + (q & 1);
+      if (m < n_rows && n < n_tok) a.y[(p0 + n) * a.y_stride + r0 + m] = acc[4 * j + q];
+    }
+  }
+#else
+  __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (Iq1sWgmmaUsable)
+#endif
+}
+
+}  // namespace
+
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, cudaStream_t stream) {
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sWgmmaKernel);
+  constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXStages * kXStageBytes;
+  if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
+  const int64_t blocks = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
+  K3_CUDA_CHECK(LaunchKernel(Iq1sWgmmaKernel, static_cast<unsigned>(blocks), kThreads, smem, stream, a));
+  return cudaSuccess;
+}
+
+}  // namespace k3::cuda::qgemm
