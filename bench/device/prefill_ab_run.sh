@@ -9,6 +9,12 @@
 #     after the other on the same GPU, prefill 4096 / 8192 / 32768 in chunks of 4096 and decode
 #     batch 1 and 16 at 4k (K3_AB_ARGS replaces those arguments).
 #     there: K3_CARRY=.k3carryB bash bench/device/prefill_ab_run.sh bench
+#   gemm: k3_cuda_gemm_bench (K3_GEMM_WHICH: its mode, default variants: every kernel and knob on
+#     the expert products); memcheck: compute-sanitizer on K3_SAN_FILTER's kernel tests; gemm-ncu:
+#     Nsight Compute on one launch of K3_NCU_KERNEL (default the IQ1_S wgmma kernel) in the bench's
+#     profile mode (T = 4096, uniform routing), sections K3_NCU_WHAT; sass: the SASS of the kernels
+#     whose name contains K3_SASS_FN (default Iq1sWgmma) in K3_SASS_BIN, with its instruction mix.
+# Modes run in the order given: prefill_ab_run.sh tests gemm memcheck.
 # Writes $OUT/prefill_ab.log and one .txt per program run.
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -18,13 +24,15 @@ C=$PWD/${K3_CARRY:-.k3carry}
 B=/tmp/k3bin
 source "$(dirname "$0")/unpack_carry.sh"
 k3_unpack_carry "$C" "$B" || exit 1
-case "${1:-tests}" in
+for mode in "${@:-tests}"; do
+case "$mode" in
   tests)
     [ -e /work/shared/data/golden/k3-golden-a.gguf ] || { mkdir -p /work/shared/data && ln -sfn "$C/shared/data/golden" /work/shared/data/golden; }
     timeout 300 $B/kernels_cuda_test --gtest_color=no \
       --gtest_filter="${K3_KERNEL_FILTER:-CudaKdaTest.*:CudaShortConvTest.*:QuantGemmBlasTest.*:QuantGemmTest.K3*:QuantGemmTest.EveryType*}" > "$OUT/kernels_test.txt" 2>&1
     echo "## kernels_cuda_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/kernels_test.txt" | tr '\n' ' ')"
     grep -E '^\[  FAILED|gemm accuracy.*cuBLAS|Failure' "$OUT/kernels_test.txt" | head -30
+    [ -x $B/engine_cuda_test ] || { echo "## engine_cuda_test: not carried"; continue; }
     timeout 280 $B/engine_cuda_test --gtest_color=no > "$OUT/engine_test.txt" 2>&1
     echo "## engine_cuda_test rc=$?: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/engine_test.txt" | tr '\n' ' ')"
     grep -E '^\[  FAILED|relL2|Failure' "$OUT/engine_test.txt" | head -40
@@ -39,4 +47,30 @@ case "${1:-tests}" in
       grep -E '^\| |prefill|Prefill' "$OUT/$b.txt" | head -40
     done
     ;;
+  gemm)
+    timeout 200 $B/k3_cuda_gemm_bench - "${K3_GEMM_WHICH:-variants}" > "$OUT/gemm_bench.txt" 2>&1
+    echo "## k3_cuda_gemm_bench ${K3_GEMM_WHICH:-variants} rc=$?"
+    grep -E 'TFLOP/s|routing' "$OUT/gemm_bench.txt" | sed -E 's/ +/ /g' | cut -c1-170 | head -80
+    ;;
+  memcheck)
+    timeout 150 compute-sanitizer --tool memcheck --leak-check no --error-exitcode 3 $B/kernels_cuda_test \
+      --gtest_color=no --gtest_filter="${K3_SAN_FILTER:-QuantGemmTest.GroupedEdgeCases}" > "$OUT/memcheck.txt" 2>&1
+    echo "## memcheck rc=$?"; grep -E 'ERROR SUMMARY|PASSED|FAILED' "$OUT/memcheck.txt" | head -5
+    ;;
+  gemm-ncu)
+    timeout 300 ncu --target-processes all -k "regex:${K3_NCU_KERNEL:-Iq1sWgmma}" --launch-count 1 \
+      ${K3_NCU_WHAT:---section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis} \
+      $B/k3_cuda_gemm_bench - profile 4096 > "$OUT/gemm_ncu.txt" 2>&1
+    echo "## ncu rc=$?"
+    grep -vE '^==PROF==|^ *-+ *$|^$' "$OUT/gemm_ncu.txt" | grep -E '  [A-Z].* [0-9.,]+$|Iq1s|Quant' | cut -c1-150 | head -90
+    ;;
+  sass)
+    cuobjdump -sass "$B/${K3_SASS_BIN:-k3_cuda_decode_bench}" 2>/dev/null |
+      awk -v fn="${K3_SASS_FN:-Iq1sWgmma}" '/Function : /{on = index($0, fn) > 0} on' > "$OUT/sass.txt"
+    echo "## sass of ${K3_SASS_FN:-Iq1sWgmma}: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$OUT/sass.txt") instructions"
+    grep -oE '^ +/\*[0-9a-f]{4}\*/ +(@!?U?P[0-9T] +)?[A-Z0-9]+(\.[A-Z0-9_]+)*' "$OUT/sass.txt" | awk '{print $NF}' |
+      sort | uniq -c | sort -rn | head -40
+    ;;
+  *) echo "unknown mode $mode"; exit 2 ;;
 esac
+done
