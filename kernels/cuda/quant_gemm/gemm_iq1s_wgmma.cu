@@ -153,13 +153,21 @@ __device__ __forceinline__ const uint2* StageIq1sSelectorGrid(uint8_t* smem) {
   return dst;
 }
 
+// PRMT with the selector's 4 nibbles used as they are (__byte_perm masks them with 0x7777 first).
+__device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel) {
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(lo), "r"(hi), "r"(sel));
+  return d;
+}
+
 // The 32 weights of group ib of the IQ1_S block at `blk` (shared, 2-byte aligned) as 16 f16 pairs:
-// pairs[4l + j] = weights 8l + 2j, 8l + 2j + 1 (low half first).
-__device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, const uint2* sel_grid,
+// pairs[4l + j] = weights 8l + 2j, 8l + 2j + 1 (low half first). !valid: all zeros (the scale is
+// taken as 0, so `blk` may hold anything; no branch around the decode).
+__device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool valid, const uint2* sel_grid,
                                                 uint32_t (&pairs)[16]) {
   const uint32_t qh = qgemv::Ld16(blk + 34 + 2 * ib);
   const uint32_t qs = qgemv::Ld32(blk + 2 + 4 * ib);
-  const __half2 d2 = AsHalf2(qgemv::Ld16(blk) * 0x10001u);
+  const __half2 d2 = AsHalf2(valid ? qgemv::Ld16(blk) * 0x10001u : 0u);
   const __half2 k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
   const __half2 kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));     // K·(±1/8), exact
   const uint32_t lo = AsU32(__hmul2(kd2, d2));                                         // w(0), w(0)
@@ -167,10 +175,10 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, cons
 #pragma unroll
   for (int l = 0; l < 4; ++l) {
     const uint2 s = sel_grid[((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8)];
-    pairs[4 * l + 0] = __byte_perm(lo, hi, s.x);
-    pairs[4 * l + 1] = __byte_perm(lo, hi, s.x >> 16);
-    pairs[4 * l + 2] = __byte_perm(lo, hi, s.y);
-    pairs[4 * l + 3] = __byte_perm(lo, hi, s.y >> 16);
+    pairs[4 * l + 0] = Prmt(lo, hi, s.x);  // PRMT reads the low 16 bits of the selector
+    pairs[4 * l + 1] = Prmt(lo, hi, s.x >> 16);
+    pairs[4 * l + 2] = Prmt(lo, hi, s.y);
+    pairs[4 * l + 3] = Prmt(lo, hi, s.y >> 16);
   }
 }
 
@@ -237,13 +245,8 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     for (int rr = 0; rr < 2; ++rr) {
       const int row = mrow + 8 * rr;
       uint32_t p[16];
-      if (row < n_rows) {
-        const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
-        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, sel_grid, p);
-      } else {
-#pragma unroll
-        for (int j = 0; j < 16; ++j) p[j] = 0;
-      }
+      const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
+      DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, row < n_rows, sel_grid, p);
 #pragma unroll
       for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
         A[2 * l][rr] = p[4 * l];
