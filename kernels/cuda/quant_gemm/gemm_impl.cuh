@@ -303,12 +303,12 @@ struct TileSpan {
 
 // Band order (row tile fastest inside a band of a.band row tiles); grouped: group g owns token
 // tiles [off[g]/BN + g, off[g+1]/BN + g + 1), enough for its rows (see kernels/cuda/README.md),
-// and the grid has ceil(n_tokens/BN) + n_groups of them. Every thread of the block calls it (it
-// synchronizes the block). p_end <= p0: nothing to do (uniform over the block).
+// and the grid has ceil(n_tokens/BN) + n_groups of them. `lin`: the tile's index in that order,
+// < row_tiles · token_tiles. Every thread of the block calls it (it synchronizes the block).
+// p_end <= p0: nothing to do (uniform over the block).
 template <int BN, int kThreads>
-__device__ __forceinline__ TileSpan FindTile(const Args& a, int32_t* s_group) {
+__device__ __forceinline__ TileSpan FindTile(const Args& a, int64_t lin, int32_t* s_group) {
   const int tid = threadIdx.x;
-  const int64_t lin = blockIdx.x;
   const int64_t band_tiles = static_cast<int64_t>(a.band) * a.token_tiles;
   const int64_t band = lin / band_tiles;
   const int64_t inside = lin - band * band_tiles;
@@ -420,7 +420,7 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  const TileSpan t = FindTile<BN, kThreads>(a, &s_group);
+  const TileSpan t = FindTile<BN, kThreads>(a, blockIdx.x, &s_group);
   if (t.p_end <= t.p0) return;  // an empty tile (uniform over the block)
   const int64_t r0 = t.r0, p0 = t.p0;
   const int n_tok = static_cast<int>(t.p_end - t.p0);

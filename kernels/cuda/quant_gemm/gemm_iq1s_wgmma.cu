@@ -16,9 +16,12 @@
 //              wgmma(w) on A[w%2] (asynchronous) -> wait for wgmma(w-1) -> decode window w+1 into
 //              A[(w+1)%2] while wgmma(w) runs.
 // The wgmma width follows the tile's token count (32, 64, 96 or 128): a grouped tile is often short.
+// The grid is persistent (a block per SM, looping over the tiles), so the selector table is staged
+// once per block and empty tiles cost no block launch.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/cuda/cuda_check.h"
@@ -192,31 +195,36 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   __shared__ int32_t s_group;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const TileSpan t = FindTile<kBN, kThreads>(a, &s_group);
-  if (t.p_end <= t.p0) return;  // an empty tile (uniform over the block)
-  const int64_t r0 = t.r0, p0 = t.p0;
-  const int n_tok = static_cast<int>(t.p_end - t.p0);
-  const uint8_t* const wbase = a.w + t.mat * a.mat_stride;
-  const int n_rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - r0));
-  if (tid < kBN) s_xrow[tid] = SourceRow(a, p0, n_tok, tid);
 
   // ---- shared memory: [selector grid][raw stages][X stages, 1024-byte aligned] ----
-  const uint2* const sel_grid = StageIq1sSelectorGrid(smem);
+  const uint2* const sel_grid = StageIq1sSelectorGrid(smem);  // once per block: the grid is persistent
   uint8_t* const raw = smem + kSelectorGridBytes;
   const uint32_t x_lo = SmemAddr(raw + kRawBytes);
   uint8_t* const xs = raw + kRawBytes + (((x_lo + 1023u) & ~1023u) - x_lo);
   const uint32_t xs_addr = SmemAddr(xs);
-  __syncthreads();  // s_xrow
 
-  // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
-  const RawChunkCopy<F, kThreads> raw_copy(a, r0, n_rows, tid);
-  // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i; piece qq lands in K half
-  // qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x and past
-  // the tile are zero-filled (no read).
-  constexpr int kXItems = kBN * 16 / kThreads;
-  const int xqq = tid & 15;
-  const __half* xsrc[kXItems];
-  uint32_t xbytes[kXItems];
+  // Persistent: the block takes tiles blockIdx.x, + gridDim.x, ... of the tile order.
+  const int64_t n_tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
+#pragma unroll 1
+  for (int64_t lin = blockIdx.x; lin < n_tiles; lin += gridDim.x) {
+    const TileSpan t = FindTile<kBN, kThreads>(a, lin, &s_group);
+    if (t.p_end <= t.p0) continue;  // an empty tile (uniform over the block)
+    const int64_t r0 = t.r0, p0 = t.p0;
+    const int n_tok = static_cast<int>(t.p_end - t.p0);
+    const uint8_t* const wbase = a.w + t.mat * a.mat_stride;
+    const int n_rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - r0));
+    if (tid < kBN) s_xrow[tid] = SourceRow(a, p0, n_tok, tid);
+    __syncthreads();  // s_xrow (and, for the first tile, the selector grid)
+
+    // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
+    const RawChunkCopy<F, kThreads> raw_copy(a, r0, n_rows, tid);
+    // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i; piece qq lands in K half
+    // qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x and past
+    // the tile are zero-filled (no read).
+    constexpr int kXItems = kBN * 16 / kThreads;
+    const int xqq = tid & 15;
+    const __half* xsrc[kXItems];
+    uint32_t xbytes[kXItems];
 #pragma unroll
   for (int i = 0; i < kXItems; ++i) {
     const int32_t src = s_xrow[(tid >> 4) + 16 * i];
@@ -332,6 +340,8 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       if (m < n_rows && n < n_tok) a.y[(p0 + n) * a.y_stride + r0 + m] = acc[4 * j + q];
     }
   }
+  __syncthreads();  // every thread is done with the stages and s_xrow before the next tile's loads
+  }
 #else
   __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (Iq1sWgmmaUsable)
 #endif
@@ -343,7 +353,11 @@ cudaError_t GemmLaunchIq1sWgmma(const Args& a, cudaStream_t stream) {
   const void* kernel = reinterpret_cast<const void*>(&Iq1sWgmmaKernel);
   constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXStages * kXStageBytes;
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
-  const int64_t blocks = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
+  int dev = 0, sms = 0;
+  K3_CUDA_CHECK(cudaGetDevice(&dev));
+  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+  const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
+  const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
   K3_CUDA_CHECK(LaunchKernel(Iq1sWgmmaKernel, static_cast<unsigned>(blocks), kThreads, smem, stream, a));
   return cudaSuccess;
 }
