@@ -343,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   __syncthreads();  // every thread is done with the stages and s_xrow before the next tile's loads
   }
 #else
-  __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (Iq1sWgmmaUsable)
+  __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (WgmmaDevice, K3_HAVE_SM90A)
 #endif
 }
 

@@ -131,8 +131,10 @@ __global__ void __launch_bounds__(kConvThreads)
   if (lo != nullptr) *reinterpret_cast<uint4*>(lo + row * cols + c) = l;
 }
 
-// Whether the IQ1_S wgmma kernel runs on the current device (sm_90: the build's target is 90a).
+// Whether the IQ1_S wgmma kernel runs on the current device: an sm_90 GPU, and a build for sm_90a
+// (K3_HAVE_SM90A, from kernels/cuda/CMakeLists.txt; without it the kernel is a trap).
 bool WgmmaDevice() {
+#ifdef K3_HAVE_SM90A
   int dev = 0, major = 0, minor = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
   if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
@@ -140,6 +142,9 @@ bool WgmmaDevice() {
     return false;
   }
   return major == 9 && minor == 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace
