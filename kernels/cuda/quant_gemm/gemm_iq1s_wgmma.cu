@@ -7,8 +7,8 @@
 // windows of 128 elements. Per window a thread decodes, for each of its two rows (g and g + 8 of
 // its warp's 16), one IQ1_S group of 32 weights (group 4·(window % 2) + tq of the block: d, qh,
 // K and δ read once; DecodeIq1sGroup: the f16 decode's values, one PRMT per pair): 16 f16 pairs,
-// which are the A fragments of the window's 8 k16-steps, because K is PERMUTED inside each window: A-fragment
-// slot (step s, position p) of thread tq holds weight 32·tq + 4·s + r with r = p%2 + 2·(p/8 % 2),
+// which are the A fragments of the window's 8 k16-steps, because K is PERMUTED inside each window:
+// A-fragment slot (step s, position p) of thread tq holds weight 32·tq + 4·s + r with r = p%2 + 2·(p/8 % 2),
 // and the pre-pass (quant_gemm.cu, XToHalfKernel) writes x permuted the same way, so every product
 // pairs the same weight and activation as before, only summed in another order.
 // Pipeline (D = kDist windows of loads in flight; one cp.async group and one barrier per window):
@@ -226,121 +226,121 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     const __half* xsrc[kXItems];
     uint32_t xbytes[kXItems];
 #pragma unroll
-  for (int i = 0; i < kXItems; ++i) {
-    const int32_t src = s_xrow[(tid >> 4) + 16 * i];
-    xsrc[i] = a.xh + (src >= 0 ? static_cast<int64_t>(src) * a.cols + 8 * xqq : 0);
-    xbytes[i] = src >= 0 ? 16u : 0u;
-  }
-  const uint32_t x_dst0 = (xqq >> 3) * kAtomBytes + (tid >> 4) * 128 + (((xqq & 7) ^ ((tid >> 4) & 7)) << 4);
-  auto issue_group = [&](int v) {  // one cp.async group: X(v), and chunk v/2 when v is even
-    uint8_t* const stage = xs + (v % kXStages) * kXStageBytes + x_dst0;
-    const int col = v * kWK;
+    for (int i = 0; i < kXItems; ++i) {
+      const int32_t src = s_xrow[(tid >> 4) + 16 * i];
+      xsrc[i] = a.xh + (src >= 0 ? static_cast<int64_t>(src) * a.cols + 8 * xqq : 0);
+      xbytes[i] = src >= 0 ? 16u : 0u;
+    }
+    const uint32_t x_dst0 = (xqq >> 3) * kAtomBytes + (tid >> 4) * 128 + (((xqq & 7) ^ ((tid >> 4) & 7)) << 4);
+    auto issue_group = [&](int v) {  // one cp.async group: X(v), and chunk v/2 when v is even
+      uint8_t* const stage = xs + (v % kXStages) * kXStageBytes + x_dst0;
+      const int col = v * kWK;
 #pragma unroll
-    for (int i = 0; i < kXItems; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
-    if (v % 2 == 0) raw_copy.Issue(a, wbase, v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
-  };
+      for (int i = 0; i < kXItems; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
+      if (v % 2 == 0) raw_copy.Issue(a, wbase, v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
+    };
 
-  // ---- decode of window v into A fragments: rows mrow and mrow + 8, group 4·(v%2) + tq ----
-  const int tq = lane & 3;
-  const int mrow = 64 * (warp >> 2) + 16 * (warp & 3) + (lane >> 2);
-  int row_mis[2];
+    // ---- decode of window v into A fragments: rows mrow and mrow + 8, group 4·(v%2) + tq ----
+    const int tq = lane & 3;
+    const int mrow = 64 * (warp >> 2) + 16 * (warp & 3) + (lane >> 2);
+    int row_mis[2];
 #pragma unroll
-  for (int rr = 0; rr < 2; ++rr) row_mis[rr] = static_cast<int>(((r0 + mrow + 8 * rr) * a.row_bytes) & 15);
-  auto decode = [&](int v, uint32_t(&A)[8][4]) {
-    const int c = v >> 1;
-    const uint8_t* const stage = raw + (c % kRawStages) * (kBM * G::kRegion);
+    for (int rr = 0; rr < 2; ++rr) row_mis[rr] = static_cast<int>(((r0 + mrow + 8 * rr) * a.row_bytes) & 15);
+    auto decode = [&](int v, uint32_t(&A)[8][4]) {
+      const int c = v >> 1;
+      const uint8_t* const stage = raw + (c % kRawStages) * (kBM * G::kRegion);
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int row = mrow + 8 * rr;
-      uint32_t p[16];
-      const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
-      DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, row < n_rows, sel_grid, p);
+      for (int rr = 0; rr < 2; ++rr) {
+        const int row = mrow + 8 * rr;
+        uint32_t p[16];
+        const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
+        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, row < n_rows, sel_grid, p);
 #pragma unroll
-      for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
-        A[2 * l][rr] = p[4 * l];
-        A[2 * l][2 + rr] = p[4 * l + 1];
-        A[2 * l + 1][rr] = p[4 * l + 2];
-        A[2 * l + 1][2 + rr] = p[4 * l + 3];
+        for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
+          A[2 * l][rr] = p[4 * l];
+          A[2 * l][2 + rr] = p[4 * l + 1];
+          A[2 * l + 1][rr] = p[4 * l + 2];
+          A[2 * l + 1][2 + rr] = p[4 * l + 3];
+        }
+      }
+    };
+
+    // ---- the window's 8 k16-steps on the tensor cores, N = the tile's tokens rounded up to 32 ----
+    float acc[64];
+#pragma unroll
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const int width = (n_tok + 31) / 32;  // 1..4
+    auto mma = [&](int v, const uint32_t(&A)[8][4]) {
+      const uint64_t desc = DescSw128(xs_addr + (v % kXStages) * kXStageBytes);
+      auto steps = [&]<int N>() {
+#pragma unroll
+        for (int s = 0; s < 8; ++s) WgmmaRs<N>(acc, A[s], desc + (((s >> 2) * kAtomBytes + (s & 3) * 32) >> 4));
+      };
+      if (width == 1) {
+        steps.template operator()<32>();
+      } else if (width == 2) {
+        steps.template operator()<64>();
+      } else if (width == 3) {
+        steps.template operator()<96>();
+      } else {
+        steps.template operator()<128>();
+      }
+    };
+
+    // ---- pipeline ----
+    // Group G_v holds X(v) (and chunk v/2 for even v); G_0 .. G_{D-1} in the prologue, G_{w+D} in
+    // iteration w (empty past the end). Iteration w waits for G_{w+1} (wait_group D-2), so X(w) and
+    // the chunk of window w+1 have landed. Reuse is safe because every overwrite is issued after the
+    // barrier that follows the previous occupant's last use:
+    //   X stage (w+D) % NSX: windows w-1 (its wgmma may still run: waited for only at the end of
+    //     iteration w) .. w+D-1 are live, so NSX >= D+2;
+    //   raw stage of chunk c = (w+D)/2: chunk c-2 was last decoded (window 2c-3) in iteration
+    //     2c-4 <= w-1 since 2·2 >= D+1;
+    //   A[(w+1)%2]: last read by wgmma(w-1), waited for (wait_group 1) just before the decode.
+    const int nw = a.cols / kWK;  // even: cols is whole 256-element blocks
+#pragma unroll
+    for (int v = 0; v < kDist; ++v) {
+      if (v < nw) issue_group(v);
+      CpAsyncCommit();
+    }
+    uint32_t A0[8][4], A1[8][4];
+    CpAsyncWait<kDist - 1>();
+    FenceProxyAsync();
+    __syncthreads();  // G_0 (chunk 0, X(0)) and the tables
+    decode(0, A0);
+    auto window = [&](int w, const uint32_t(&cur)[8][4], uint32_t(&next)[8][4]) {
+      CpAsyncWait<kDist - 2>();
+      FenceProxyAsync();
+      __syncthreads();
+      if (w + kDist < nw) issue_group(w + kDist);
+      CpAsyncCommit();
+      FenceAcc(acc);
+      WgmmaFence();
+      mma(w, cur);
+      WgmmaCommit();
+      WgmmaWait<1>();
+      FenceAcc(acc);
+      if (w + 1 < nw) decode(w + 1, next);
+    };
+#pragma unroll 1
+    for (int w = 0; w < nw; w += 2) {
+      window(w, A0, A1);
+      window(w + 1, A1, A0);
+    }
+    WgmmaWait<0>();
+    FenceAcc(acc);
+    CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit
+
+    // ---- epilogue: acc[4j + q] = row mrow + 8(q/2), token 8j + 2tq + q%2 ----
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const int m = mrow + 8 * (q >> 1), n = 8 * j + 2 * tq + (q & 1);
+        if (m < n_rows && n < n_tok) a.y[(p0 + n) * a.y_stride + r0 + m] = acc[4 * j + q];
       }
     }
-  };
-
-  // ---- the window's 8 k16-steps on the tensor cores, N = the tile's tokens rounded up to 32 ----
-  float acc[64];
-#pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
-  const int width = (n_tok + 31) / 32;  // 1..4
-  auto mma = [&](int v, const uint32_t(&A)[8][4]) {
-    const uint64_t desc = DescSw128(xs_addr + (v % kXStages) * kXStageBytes);
-    auto steps = [&]<int N>() {
-#pragma unroll
-      for (int s = 0; s < 8; ++s) WgmmaRs<N>(acc, A[s], desc + (((s >> 2) * kAtomBytes + (s & 3) * 32) >> 4));
-    };
-    if (width == 1) {
-      steps.template operator()<32>();
-    } else if (width == 2) {
-      steps.template operator()<64>();
-    } else if (width == 3) {
-      steps.template operator()<96>();
-    } else {
-      steps.template operator()<128>();
-    }
-  };
-
-  // ---- pipeline ----
-  // Group G_v holds X(v) (and chunk v/2 for even v); G_0 .. G_{D-1} in the prologue, G_{w+D} in
-  // iteration w (empty past the end). Iteration w waits for G_{w+1} (wait_group D-2), so X(w) and
-  // the chunk of window w+1 have landed. Reuse is safe because every overwrite is issued after the
-  // barrier that follows the previous occupant's last use:
-  //   X stage (w+D) % NSX: windows w-1 (its wgmma may still run: waited for only at the end of
-  //     iteration w) .. w+D-1 are live, so NSX >= D+2;
-  //   raw stage of chunk c = (w+D)/2: chunk c-2 was last decoded (window 2c-3) in iteration
-  //     2c-4 <= w-1 since 2·2 >= D+1;
-  //   A[(w+1)%2]: last read by wgmma(w-1), waited for (wait_group 1) just before the decode.
-  const int nw = a.cols / kWK;  // even: cols is whole 256-element blocks
-#pragma unroll
-  for (int v = 0; v < kDist; ++v) {
-    if (v < nw) issue_group(v);
-    CpAsyncCommit();
-  }
-  uint32_t A0[8][4], A1[8][4];
-  CpAsyncWait<kDist - 1>();
-  FenceProxyAsync();
-  __syncthreads();  // G_0 (chunk 0, X(0)) and the tables
-  decode(0, A0);
-  auto window = [&](int w, const uint32_t(&cur)[8][4], uint32_t(&next)[8][4]) {
-    CpAsyncWait<kDist - 2>();
-    FenceProxyAsync();
-    __syncthreads();
-    if (w + kDist < nw) issue_group(w + kDist);
-    CpAsyncCommit();
-    FenceAcc(acc);
-    WgmmaFence();
-    mma(w, cur);
-    WgmmaCommit();
-    WgmmaWait<1>();
-    FenceAcc(acc);
-    if (w + 1 < nw) decode(w + 1, next);
-  };
-#pragma unroll 1
-  for (int w = 0; w < nw; w += 2) {
-    window(w, A0, A1);
-    window(w + 1, A1, A0);
-  }
-  WgmmaWait<0>();
-  FenceAcc(acc);
-  CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit
-
-  // ---- epilogue: acc[4j + q] = row mrow + 8(q/2), token 8j + 2tq + q%2 ----
-#pragma unroll
-  for (int j = 0; j < 16; ++j) {
-#pragma unroll
-    for (int q = 0; q < 4; ++q) {
-      const int m = mrow + 8 * (q >> 1), n = 8 * j + 2 * tq + (q & 1);
-      if (m < n_rows && n < n_tok) a.y[(p0 + n) * a.y_stride + r0 + m] = acc[4 * j + q];
-    }
-  }
-  __syncthreads();  // every thread is done with the stages and s_xrow before the next tile's loads
+    __syncthreads();  // every thread is done with the stages and s_xrow before the next tile's loads
   }
 #else
   __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (WgmmaDevice, K3_HAVE_SM90A)
