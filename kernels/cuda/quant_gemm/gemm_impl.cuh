@@ -49,7 +49,6 @@ struct Args {
   const int32_t* mat_ids;      // [n_groups] or nullptr
   int64_t rows;
   int64_t row_bytes;
-  int64_t mat_bytes;           // rows * row_bytes: nothing at or past it is read
   int32_t cols;
   int32_t n_steps;             // ceil(cols / kBK)
   int32_t bpr;                 // quant blocks per row
@@ -262,6 +261,26 @@ __device__ __forceinline__ IqTables StageGemmTables(uint8_t* smem) {
   }
 }
 
+// Group ib (32 weights) of the IQ1_S block at `blk` in f16 arithmetic: the weight of grid value g
+// is HMUL2(HFMA2(g, K, K·δ), d) (exact, then one rounding: see StageIq1sF16Grid). !valid: d = 0, so
+// every weight is 0 whatever `blk` holds. Shared by DecodeRuns4F16 and gemm_iq1s_wgmma.cu, whose
+// exactness rests on computing these the same way.
+struct Iq1sGroupF16 {
+  uint32_t qh, qs;      // the group's high index bits (with K and δ's sign) and its 4 low index bytes
+  __half2 d2, k2, kd2;  // d, K and K·δ in both halves
+  __device__ __forceinline__ Iq1sGroupF16(const uint8_t* blk, int ib, bool valid = true) {
+    qh = qgemv::Ld16(blk + 34 + 2 * ib);
+    qs = qgemv::Ld32(blk + 2 + 4 * ib);
+    d2 = AsHalf2(valid ? qgemv::Ld16(blk) * 0x10001u : 0u);
+    k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
+    kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));     // K·(±1/8), exact
+  }
+  // The grid row of run l (weights 8l .. 8l + 7).
+  __device__ __forceinline__ uint32_t GridRow(int l) const {
+    return ((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8);
+  }
+};
+
 // The one decode dispatch of the kernel: the 32 weights [e0, e0 + 32) of a row's chunk (`row`
 // points at the chunk's first block; e0 a multiple of 32) as 4 runs of packed f16 pairs.
 template <class F, bool kFast>
@@ -269,20 +288,14 @@ __device__ __forceinline__ void DecodeRuns4F16(const uint8_t* row, int e0, const
   constexpr int BE = F::kBlockElems, BB = F::kBlockBytes;
   if constexpr (kFast && F::kType == quant::GgmlType::kIQ1_S) {
     // The 32 weights are group ib of one block: one d, qh, K and δ for the four runs.
-    const uint8_t* const blk = row + (e0 / BE) * BB;
-    const int ib = (e0 % BE) / 32;
-    const uint32_t qh = qgemv::Ld16(blk + 34 + 2 * ib);
-    const uint32_t qs = qgemv::Ld32(blk + 2 + 4 * ib);  // the runs' low index bytes
-    const __half2 d2 = AsHalf2(qgemv::Ld16(blk) * 0x10001u);
-    const __half2 k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
-    const __half2 kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));   // K·(±1/8), exact
+    const Iq1sGroupF16 q(row + (e0 / BE) * BB, (e0 % BE) / 32);
     const uint2* const grid = reinterpret_cast<const uint2*>(tab.iq1s);
     auto pair = [&](uint32_t w, uint32_t sel) {  // bytes 4 of `sel` read the zero word
-      return AsU32(__hmul2(__hfma2(AsHalf2(__byte_perm(w, 0u, sel)), k2, kd2), d2));
+      return AsU32(__hmul2(__hfma2(AsHalf2(__byte_perm(w, 0u, sel)), q.k2, q.kd2), q.d2));
     };
 #pragma unroll
     for (int l = 0; l < 4; ++l) {
-      const uint2 g = grid[((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8)];
+      const uint2 g = grid[q.GridRow(l)];
       h[l] = make_uint4(pair(g.x, 0x1404u), pair(g.x, 0x3424u), pair(g.y, 0x1404u), pair(g.y, 0x3424u));
     }
   } else {
@@ -606,9 +619,10 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 }
 
 // The IQ1_S wgmma kernel (gemm_iq1s_wgmma.cu, sm_90a): 128 weight rows × kWgmmaTokens tokens per
-// block, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`).
+// tile, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`); a persistent
+// grid of min(tiles, sms) blocks.
 inline constexpr int kWgmmaTokens = 128;
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, cudaStream_t stream);
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, cudaStream_t stream);
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream

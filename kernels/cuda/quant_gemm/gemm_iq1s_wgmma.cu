@@ -168,16 +168,12 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel)
 // taken as 0, so `blk` may hold anything; no branch around the decode).
 __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool valid, const uint2* sel_grid,
                                                 uint32_t (&pairs)[16]) {
-  const uint32_t qh = qgemv::Ld16(blk + 34 + 2 * ib);
-  const uint32_t qs = qgemv::Ld32(blk + 2 + 4 * ib);
-  const __half2 d2 = AsHalf2(valid ? qgemv::Ld16(blk) * 0x10001u : 0u);
-  const __half2 k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
-  const __half2 kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));     // K·(±1/8), exact
-  const uint32_t lo = AsU32(__hmul2(kd2, d2));                                         // w(0), w(0)
-  const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), k2, kd2), d2));      // w(-1), w(+1)
+  const Iq1sGroupF16 q(blk, ib, valid);
+  const uint32_t lo = AsU32(__hmul2(q.kd2, q.d2));                                       // w(0), w(0)
+  const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), q.k2, q.kd2), q.d2));  // w(-1), w(+1)
 #pragma unroll
   for (int l = 0; l < 4; ++l) {
-    const uint2 s = sel_grid[((qs >> (8 * l)) & 0xffu) | (((qh >> (3 * l)) & 7u) << 8)];
+    const uint2 s = sel_grid[q.GridRow(l)];
     pairs[4 * l + 0] = Prmt(lo, hi, s.x);  // PRMT reads the low 16 bits of the selector
     pairs[4 * l + 1] = Prmt(lo, hi, s.x >> 16);
     pairs[4 * l + 2] = Prmt(lo, hi, s.y);
@@ -306,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     uint32_t A0[8][4], A1[8][4];
     CpAsyncWait<kDist - 1>();
     FenceProxyAsync();
-    __syncthreads();  // G_0 (chunk 0, X(0)) and the tables
+    __syncthreads();  // G_0 (chunk 0, X(0))
     decode(0, A0);
     auto window = [&](int w, const uint32_t(&cur)[8][4], uint32_t(&next)[8][4]) {
       CpAsyncWait<kDist - 2>();
@@ -343,19 +339,16 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     __syncthreads();  // every thread is done with the stages and s_xrow before the next tile's loads
   }
 #else
-  __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (WgmmaDevice, K3_HAVE_SM90A)
+  __trap();  // built without sm_90a: QuantGemm does not choose this kernel then (WgmmaSms, K3_HAVE_SM90A)
 #endif
 }
 
 }  // namespace
 
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, cudaStream_t stream) {
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, cudaStream_t stream) {
   const void* kernel = reinterpret_cast<const void*>(&Iq1sWgmmaKernel);
   constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXStages * kXStageBytes;
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
-  int dev = 0, sms = 0;
-  K3_CUDA_CHECK(cudaGetDevice(&dev));
-  K3_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
   const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
   const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
   K3_CUDA_CHECK(LaunchKernel(Iq1sWgmmaKernel, static_cast<unsigned>(blocks), kThreads, smem, stream, a));

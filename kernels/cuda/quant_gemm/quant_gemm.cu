@@ -131,19 +131,21 @@ __global__ void __launch_bounds__(kConvThreads)
   if (lo != nullptr) *reinterpret_cast<uint4*>(lo + row * cols + c) = l;
 }
 
-// Whether the IQ1_S wgmma kernel runs on the current device: an sm_90 GPU, and a build for sm_90a
-// (K3_HAVE_SM90A, from kernels/cuda/CMakeLists.txt; without it the kernel is a trap).
-bool WgmmaDevice() {
+// The multiprocessors of the current device when the IQ1_S wgmma kernel runs on it (an sm_90 GPU
+// and a build for sm_90a: K3_HAVE_SM90A, from kernels/cuda/CMakeLists.txt; without it the kernel
+// is a trap), else 0.
+int WgmmaSms() {
 #ifdef K3_HAVE_SM90A
-  int dev = 0, major = 0, minor = 0;
-  if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
-      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
-    return false;
+  int dev = 0, major = 0, minor = 0, sms = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    return 0;
   }
-  return major == 9 && minor == 0;
+  return major == 9 && minor == 0 ? sms : 0;
 #else
-  return false;
+  return 0;
 #endif
 }
 
@@ -200,8 +202,10 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   constexpr int64_t kGroupedWideRows = 56;
   const bool small_tiles = p.token_tile != 0 ? p.token_tile == kTokensGrouped
                                              : grouped && p.n_tokens < kGroupedWideRows * p.n_groups;
-  const bool wgmma = p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode &&
-                     p.token_tile == 0 && p.cols % 256 == 0 && WgmmaDevice();
+  const int wgmma_sms =
+      p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode && p.token_tile == 0 ? WgmmaSms()
+                                                                                                           : 0;
+  const bool wgmma = wgmma_sms > 0;
   const int64_t bn = wgmma ? kWgmmaTokens : small_tiles ? kTokensGrouped : kTokensPlain;
   Args a{};
   a.w = static_cast<const uint8_t*>(p.weight);
@@ -209,7 +213,6 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   a.mat_ids = p.mat_ids;
   a.rows = p.rows;
   a.row_bytes = static_cast<int64_t>(p.row_bytes);
-  a.mat_bytes = p.rows * static_cast<int64_t>(p.row_bytes);
   a.cols = static_cast<int32_t>(p.cols);
   a.n_steps = static_cast<int32_t>((p.cols + kBK - 1) / kBK);
   a.bpr = static_cast<int32_t>(p.cols / be);
@@ -241,7 +244,7 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   const int64_t conv_col_blocks = (p.cols / 8 + kConvThreads - 1) / kConvThreads;
   K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)),
                              kConvThreads, 0, stream, p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl, wgmma));
-  if (wgmma) return GemmLaunchIq1sWgmma(a, stream);
+  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, stream);
   K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }

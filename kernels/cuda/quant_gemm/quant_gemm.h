@@ -68,9 +68,9 @@ struct QuantGemmParams {
                                       // (grouped: 128 once n_tokens / n_groups >= 56; that is the
                                       // bound, so a caller that knows the groups to be shorter, as
                                       // with experts spread over ranks, may set 64)
-  // IQ1_S without split_x, generic_decode or token_tile on an sm_90 GPU runs on the wgmma kernel
-  // (gemm_iq1s_wgmma.cu) unless this is false: the same products of the same f16 values, summed in
-  // another order (so not bit for bit the mma.sync kernel's results; the same accuracy bounds).
+  // IQ1_S without split_x, generic_decode or token_tile runs on the wgmma kernel (gemm_iq1s_wgmma.cu;
+  // an sm_90 GPU and an sm_90a build) unless this is false: the same products of the same f16 values,
+  // summed in another order (so not bit for bit the mma.sync kernel's results; the same accuracy bounds).
   bool wgmma = true;
 };
 
