@@ -25,6 +25,8 @@
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
+// --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
+// (CudaEngineOptions::mla_mha_min_rows; 0: the absorbed form at every size);
 // --f16: the MLA cache in f16.
 #include <algorithm>
 #include <chrono>
@@ -89,6 +91,7 @@ int main(int argc, char** argv) {
 int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
+  int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -110,6 +113,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
+    else if (a == "--mla-mha-min-rows")
+      mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
     else if (a == "--no-graphs") graphs = false;
     else if (a == "--ncu-step") ncu_step = true;  // one eager step between cudaProfilerStart/Stop
     else if (a == "--ncu-prefill")
@@ -144,6 +149,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.tc_mla_decode = tc_mla;
   opt.int8_expert_x = int8_experts;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
+  if (mla_mha_min_rows >= 0) opt.mla_mha_min_rows = mla_mha_min_rows;
   opt.use_graphs = graphs;
   opt.verbose = lead;
 #ifdef K3_BENCH_NCCL
@@ -195,11 +201,14 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const auto& c = eng.config();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead) {
-    std::printf("model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-                "decode MLA %s; expert inputs %s; dense products on the GEMV up to %lld rows\n", what.c_str(),
-                c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
-                tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32",
-                static_cast<long long>(opt.dense_gemv_max_rows));
+    std::printf(
+        "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
+        "decode MLA %s; expert inputs %s; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
+        "rows: MLA %s\n",
+        what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
+        tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32",
+        static_cast<long long>(opt.dense_gemv_max_rows), static_cast<long long>(chunk),
+        eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
     std::fflush(stdout);
@@ -233,7 +242,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
       if (rep == 2) prefill_profs.push_back({n, prof});
       if (rep != 1 || !lead) continue;
       const double macs = static_cast<double>(eng.linear_macs_per_token()) * n +
-                          static_cast<double>(eng.attention_macs_per_row()) * n * (n + 1) / 2.0;
+                          static_cast<double>(eng.attention_macs_per_row(std::min(chunk, n))) * n * (n + 1) / 2.0;
       const double floor_s = 2.0 * macs / kTensorRate;
       std::printf("| %d | %lld | %lld | %.1f | %.0f | %.1f (%.1f) | %.1f%% |\n", ranks, static_cast<long long>(n),
                   static_cast<long long>(std::min(chunk, n)), sec * 1e3, n / sec, floor_s * 1e3, 2.0 * macs / 1e12,

@@ -88,9 +88,10 @@ class CudaGoldenTest : public ::testing::Test {
   }
   std::unique_ptr<CudaEngine> Open(bool f16, bool graphs, int64_t prefill_chunk = 512, bool exact = false,
                                    bool tc_mla_decode = false, bool int8_expert_x = false, int64_t max_batch = 4,
-                                   int64_t blas_min_rows = 512) {
+                                   int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512) {
     CudaEngineOptions opt;
     opt.blas_min_rows = blas_min_rows;
+    opt.mla_mha_min_rows = mla_mha_min_rows;
     opt.exact_prefill = exact;
     opt.tc_mla_decode = tc_mla_decode;
     opt.int8_expert_x = int8_expert_x;
@@ -207,6 +208,38 @@ TEST_F(CudaGoldenTest, FastPrefillAtLeastAsCloseAsLlamaCpp) {
     // top-1 0.995 / 1.0 / 0.992. Each path is ~3e-2 from ref-a (the bar above); a wrong row block
     // would be off by ~1.
     if (blas_rows < 512) Bars(tile_gemm, got_all, e->config().vocab, "cuBLAS vs tile GEMM prefill", 2e-2, 1.0, 0.95);
+  }
+}
+
+// Prefill chunks with MLA attention decompressed (mla_mha_min_rows; kernels/cuda/mla/
+// mla_prefill_mha.h): per head K = k_bᵀ·latent | k_pe and V = v_b·latent on cuBLAS, then f16
+// flash attention. Every prompt of more than 32 rows takes it here (33: the tile-GEMM limit, and
+// the cuBLAS handle it needs); held to llama.cpp's closeness to ref-a, and to the absorbed
+// attention of the same run (same products; only the MLA form and its f16 roundings differ), with
+// an f32 and an f16 cache.
+TEST_F(CudaGoldenTest, DecompressedMlaPrefillStaysClose) {
+  for (bool f16 : {false, true}) {
+    auto absorbed =
+        Open(f16, true, 512, /*exact=*/false, false, false, 4, /*blas_min_rows=*/33, /*mla_mha_min_rows=*/0);
+    auto decompressed = Open(f16, true, 512, /*exact=*/false, false, false, 4, /*blas_min_rows=*/33, 33);
+    ASSERT_NE(absorbed, nullptr);
+    ASSERT_NE(decompressed, nullptr);
+    std::vector<float> a_all, d_all;
+    int64_t taken = 0;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      const int64_t n = static_cast<int64_t>(prompts_[p].size());
+      EXPECT_FALSE(absorbed->MlaDecompressed(n));
+      taken += decompressed->MlaDecompressed(n) ? 1 : 0;
+      EXPECT_EQ(decompressed->MlaDecompressed(n), n > 32) << "prompt " << p << " of " << n << " tokens";
+      const auto a = RunPrompt(*absorbed, prompts_[p], 900 + p);
+      const auto d = RunPrompt(*decompressed, prompts_[p], 910 + p);
+      a_all.insert(a_all.end(), a.begin(), a.end());
+      d_all.insert(d_all.end(), d.begin(), d.end());
+    }
+    EXPECT_GE(taken, 2) << "the golden prompts should exercise the decompressed form";
+    const std::string cache = f16 ? " (f16 cache)" : " (f32 cache)";
+    ExpectAtLeastAsCloseAsLlamaCpp(d_all, decompressed->config().vocab, "decompressed MLA prefill" + cache);
+    Bars(a_all, d_all, decompressed->config().vocab, "decompressed vs absorbed" + cache, 2e-2, 1.0, 0.95);
   }
 }
 

@@ -13,6 +13,8 @@
 #include "kernels/cuda/kda/kda.h"
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/cuda/mla/mla_prefill.h"
+#include "kernels/cuda/mla/mla_prefill_mha.h"
+#include "kernels/quant/ggml_type.h"
 #include "kernels/cuda/moe/moe_router.h"
 #include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
@@ -67,6 +69,8 @@ struct CudaEngine::Impl : DGlobals {
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;
   cuda::BlasScratch blas;     // the cuBLAS form's handle and f16 weight rows (blas_min_rows)
+  void* mha_ws = nullptr;     // MlaPrefillMha's workspace (mla_mha_min_rows), or null: absorbed only
+  size_t mha_ws_bytes = 0;
   float* logits_h = nullptr;  // pinned [B][band]
   // Band summaries (ForwardSummaries): BandTop's outputs for up to `rows` rows, their pinned
   // copies, and its workspace.
@@ -331,6 +335,15 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
       if (cublasSetWorkspace(m.blas.handle, bws, kBlasWorkspaceBytes) != CUBLAS_STATUS_SUCCESS) {
         return absl::InternalError("cublasSetWorkspace failed");
       }
+      if (options.mla_mha_min_rows > 0 && B >= options.mla_mha_min_rows && MlaMhaFits()) {
+        // K and V of as many heads as 1 GiB holds at the longest context (at least one).
+        constexpr size_t kMhaKvBudget = size_t{1} << 30;
+        const size_t per_head = static_cast<size_t>(max_ctx) * (cuda::kMlaMhaNope + cuda::kMlaMhaValue) * 2;
+        const int64_t group = std::clamp<int64_t>(static_cast<int64_t>(kMhaKvBudget / per_head), 1, nh);
+        m.mha_ws_bytes = cuda::MlaPrefillMhaWorkspaceBytes(max_ctx, nh, group);
+        K3_ASSIGN_OR_RETURN(uint8_t * mws, m.Alloc<uint8_t>(m.mha_ws_bytes));
+        m.mha_ws = mws;
+      }
     }
   }
   K3_ASSIGN_OR_RETURN(m.r, F(B * L));
@@ -422,10 +435,33 @@ uint64_t CudaEngine::linear_macs_per_token() const {
   return t;
 }
 
-uint64_t CudaEngine::attention_macs_per_row() const {
+uint64_t CudaEngine::attention_macs_per_row(int64_t chunk) const {
   const model::K3Config& c = config_;
-  // Absorbed MLA: per head a 576-wide score and a 512-wide value product per cached row.
-  return static_cast<uint64_t>(c.n_mla_layers()) * shard_.n_heads * (c.mla_row + c.kv_lora_rank);
+  // Per head and cached row: decompressed, a 192-wide score and a 128-wide value product;
+  // absorbed, 576 and 512.
+  const int64_t per_head = MlaDecompressed(chunk) ? c.mla_qk_head_dim() + c.v_head_dim : c.mla_row + c.kv_lora_rank;
+  return static_cast<uint64_t>(c.n_mla_layers()) * shard_.n_heads * per_head;
+}
+
+bool CudaEngine::MlaMhaFits() const {
+  const model::K3Config& c = config_;
+  if (c.qk_nope_dim != cuda::kMlaMhaNope || c.qk_rope_dim != cuda::kMlaMhaRope ||
+      c.kv_lora_rank != cuda::kMlaMhaLatent || c.v_head_dim != cuda::kMlaMhaValue) {
+    return false;
+  }
+  for (int64_t il = 0; il < c.n_layers; ++il) {
+    if (!c.is_mla(il)) continue;
+    const DMla& w = impl_->layers[il].mla;
+    if (w.k_b.type != w.v_b.type || !cuda::QuantGemmSupports(w.k_b.type) ||
+        cuda::kMlaMhaNope % quant::Traits(w.k_b.type).block_elems != 0) {
+      return false;
+    }
+  }
+  return true;
+}
+
+bool CudaEngine::MlaDecompressed(int64_t n) const {
+  return impl_->mha_ws != nullptr && n > kMmaMaxRows && n >= options_.mla_mha_min_rows;
 }
 
 uint64_t CudaEngine::cache_bytes_per_token() const {
@@ -560,6 +596,7 @@ absl::Status CudaEngine::PreparePrefill(SeqId id, std::span<const int32_t> token
   v.block_tables = impl_->pmeta_d + 2 * R + 1;
   v.block_table_stride = 0;  // every row of the run reads the sequence's one table
   v.bucket = MlaBucket(s.length + n);
+  v.kv_len = s.length + n;
   return absl::OkStatus();
 }
 
@@ -698,80 +735,111 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(Prod(w.kv_a, m.h, H, m.mkv, row, n));
         K3_CU(MlaAppend(ap, s));
       }
-      if (grouped) {  // one GEMM per head over all rows
-        for (int64_t hh = 0; hh < nh; ++hh) {
-          K3_CU(Prod(Slice(w.k_b, hh), m.qf + hh * qk, nh * qk, m.qabs + hh * row, nh * row, n));
-        }
-      } else {
-        K3_CU(GemvStack(w.k_b, nullptr, nh, m.qf, nh * qk, qk, m.qabs, nh * row, row, n, s));
-      }
-      K3_CU(cudaMemcpy2DAsync(m.qabs + lora, row * sizeof(float), m.qf + nope, qk * sizeof(float),
-                              rope * sizeof(float), n * nh, cudaMemcpyDeviceToDevice, s));
-      cuda::MlaDecodeParams dp;
-      dp.q = m.qabs;
-      dp.q_seq_stride = nh * row;
-      dp.cache = layer_cache;
-      dp.cache_type = options_.cache_f16 ? cuda::MlaCacheType::kF16 : cuda::MlaCacheType::kF32;
-      dp.page_stride = page_elems;
-      dp.row_stride = row;
-      dp.page_size = options_.page_size;
-      dp.block_table = bt_d;
-      dp.block_table_stride = MP;
-      dp.seq_lens = lens_d;
-      dp.n_seqs = n;
-      dp.n_heads = nh;
-      dp.row_width = row;
-      dp.value_width = lora;
-      dp.scale = 1.0f / std::sqrt(static_cast<float>(qk));
-      dp.out = m.lat;
-      dp.out_seq_stride = nh * lora;
-      dp.n_splits = cuda::MlaDecodeSplits(n, nh, bucket);
-      while (cuda::MlaDecodeWorkspaceFloats(n, nh, lora, dp.n_splits) > m.mla_ws_floats && dp.n_splits > 1) --dp.n_splits;
-      dp.workspace = m.mla_ws;
-      // Flash attention on tensor cores over (row, head) pairs, f16 operands: a prefill chunk (one
-      // sequence, one block table) of more than 16 rows, and with tc_mla_decode every step but the
-      // exact prefill's. The per-row kernel (MlaDecode) is the exact path.
       const bool prefill_run = MP == 0;
-      const bool tc_attention = prefill_run ? (grouped || (options_.tc_mla_decode && !exact)) : options_.tc_mla_decode;
-      if (tc_attention) {
-        cuda::MlaPrefillParams pp;
-        pp.q_row_stride = nh * row;
-        pp.cache = layer_cache;
-        pp.cache_type = dp.cache_type;
-        pp.page_stride = page_elems;
-        pp.row_stride = row;
-        pp.page_size = options_.page_size;
-        pp.n_heads = nh;
-        pp.row_width = row;
-        pp.value_width = lora;
-        pp.max_len = bucket;
-        pp.scale = dp.scale;
-        pp.out_row_stride = nh * lora;
-        pp.workspace = m.mla_ws;
-        // A run is one launch; a decode step one launch per sequence (its own block table).
-        const int64_t launches = prefill_run ? 1 : v.n_seqs, rows = prefill_run ? n : 1;
-        for (int64_t i = 0; i < launches; ++i) {
-          pp.q = m.qabs + i * nh * row;
-          pp.block_table = bt_d + i * MP;
-          pp.seq_lens = lens_d + i;
-          pp.n_rows = rows;
-          pp.out = m.lat + i * nh * lora;
-          pp.n_splits = cuda::MlaPrefillSplits(rows, nh, bucket);
-          while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, rows, nh, row, lora,
-                                                                   pp.n_splits) > 4 * m.mla_ws_floats) {
-            --pp.n_splits;
+      if (prefill_run && MlaDecompressed(n) && v.kv_len > 0) {
+        // Long prefill chunks: attention on decompressed keys and values, o_h straight into m.mo.
+        cuda::MlaPrefillMhaParams mp;
+        mp.q = m.qf;
+        mp.q_row_stride = nh * qk;
+        mp.cache = layer_cache;
+        mp.cache_type = options_.cache_f16 ? cuda::MlaCacheType::kF16 : cuda::MlaCacheType::kF32;
+        mp.page_stride = page_elems;
+        mp.row_stride = row;
+        mp.page_size = options_.page_size;
+        mp.block_table = bt_d;
+        mp.kv_len = v.kv_len;
+        mp.seq_lens = lens_d;
+        mp.n_rows = n;
+        mp.n_heads = nh;
+        mp.weight_type = w.k_b.type;
+        mp.k_b = w.k_b.data;
+        mp.k_b_head_bytes = w.k_b.matrix_stride;
+        mp.v_b = w.v_b.data;
+        mp.v_b_head_bytes = w.v_b.matrix_stride;
+        mp.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+        mp.out = m.mo;
+        mp.out_row_stride = nh * vd;
+        mp.blas = m.blas.handle;
+        mp.workspace = m.mha_ws;
+        mp.workspace_bytes = m.mha_ws_bytes;
+        K3_CU(cuda::MlaPrefillMha(mp, s));
+      } else {
+        if (grouped) {  // one GEMM per head over all rows
+          for (int64_t hh = 0; hh < nh; ++hh) {
+            K3_CU(Prod(Slice(w.k_b, hh), m.qf + hh * qk, nh * qk, m.qabs + hh * row, nh * row, n));
           }
-          K3_CU(cuda::MlaPrefill(pp, s));
+        } else {
+          K3_CU(GemvStack(w.k_b, nullptr, nh, m.qf, nh * qk, qk, m.qabs, nh * row, row, n, s));
         }
-      } else {
-        K3_CU(cuda::MlaDecode(dp, s));
-      }
-      if (grouped) {
-        for (int64_t hh = 0; hh < nh; ++hh) {
-          K3_CU(Prod(Slice(w.v_b, hh), m.lat + hh * lora, nh * lora, m.mo + hh * vd, nh * vd, n));
+        K3_CU(cudaMemcpy2DAsync(m.qabs + lora, row * sizeof(float), m.qf + nope, qk * sizeof(float),
+                                rope * sizeof(float), n * nh, cudaMemcpyDeviceToDevice, s));
+        cuda::MlaDecodeParams dp;
+        dp.q = m.qabs;
+        dp.q_seq_stride = nh * row;
+        dp.cache = layer_cache;
+        dp.cache_type = options_.cache_f16 ? cuda::MlaCacheType::kF16 : cuda::MlaCacheType::kF32;
+        dp.page_stride = page_elems;
+        dp.row_stride = row;
+        dp.page_size = options_.page_size;
+        dp.block_table = bt_d;
+        dp.block_table_stride = MP;
+        dp.seq_lens = lens_d;
+        dp.n_seqs = n;
+        dp.n_heads = nh;
+        dp.row_width = row;
+        dp.value_width = lora;
+        dp.scale = 1.0f / std::sqrt(static_cast<float>(qk));
+        dp.out = m.lat;
+        dp.out_seq_stride = nh * lora;
+        dp.n_splits = cuda::MlaDecodeSplits(n, nh, bucket);
+        while (cuda::MlaDecodeWorkspaceFloats(n, nh, lora, dp.n_splits) > m.mla_ws_floats && dp.n_splits > 1)
+          --dp.n_splits;
+        dp.workspace = m.mla_ws;
+        // Flash attention on tensor cores over (row, head) pairs, f16 operands: a prefill chunk (one
+        // sequence, one block table) of more than 16 rows, and with tc_mla_decode every step but the
+        // exact prefill's. The per-row kernel (MlaDecode) is the exact path.
+        const bool tc_attention =
+            prefill_run ? (grouped || (options_.tc_mla_decode && !exact)) : options_.tc_mla_decode;
+        if (tc_attention) {
+          cuda::MlaPrefillParams pp;
+          pp.q_row_stride = nh * row;
+          pp.cache = layer_cache;
+          pp.cache_type = dp.cache_type;
+          pp.page_stride = page_elems;
+          pp.row_stride = row;
+          pp.page_size = options_.page_size;
+          pp.n_heads = nh;
+          pp.row_width = row;
+          pp.value_width = lora;
+          pp.max_len = bucket;
+          pp.scale = dp.scale;
+          pp.out_row_stride = nh * lora;
+          pp.workspace = m.mla_ws;
+          // A run is one launch; a decode step one launch per sequence (its own block table).
+          const int64_t launches = prefill_run ? 1 : v.n_seqs, rows = prefill_run ? n : 1;
+          for (int64_t i = 0; i < launches; ++i) {
+            pp.q = m.qabs + i * nh * row;
+            pp.block_table = bt_d + i * MP;
+            pp.seq_lens = lens_d + i;
+            pp.n_rows = rows;
+            pp.out = m.lat + i * nh * lora;
+            pp.n_splits = cuda::MlaPrefillSplits(rows, nh, bucket);
+            while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, rows, nh, row, lora,
+                                                                     pp.n_splits) > 4 * m.mla_ws_floats) {
+              --pp.n_splits;
+            }
+            K3_CU(cuda::MlaPrefill(pp, s));
+          }
+        } else {
+          K3_CU(cuda::MlaDecode(dp, s));
         }
-      } else {
-        K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
+        if (grouped) {
+          for (int64_t hh = 0; hh < nh; ++hh) {
+            K3_CU(Prod(Slice(w.v_b, hh), m.lat + hh * lora, nh * lora, m.mo + hh * vd, nh * vd, n));
+          }
+        } else {
+          K3_CU(GemvStack(w.v_b, nullptr, nh, m.lat, nh * lora, lora, m.mo, nh * vd, vd, n, s));
+        }
       }
       if (side) K3_CU(join_side());  // the gate (nothing else went to the side stream since)
       if (w.has_gate) {

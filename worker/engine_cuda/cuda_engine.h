@@ -93,6 +93,15 @@ struct CudaEngineOptions {
   // a cost that pays from a few hundred rows on). 0: never (the tile GEMM). Unused with
   // exact_prefill. The MoE's grouped expert products stay on the tile GEMM.
   int64_t blas_min_rows = 512;
+  // Prefill chunks of at least this many rows run MLA attention in the decompressed form
+  // (kernels/cuda/mla/mla_prefill_mha.h: per head K = k_bᵀ·latent | k_pe and V = v_b·latent,
+  // decompressed once per chunk on cuBLAS, then 192 + 128 multiply-adds per (row, head, key)
+  // instead of the absorbed form's 576 + 512). Needs the cuBLAS handle (blas_min_rows in
+  // 1..max(max_batch, prefill_chunk)), K3's MLA widths and attn_k_b / attn_v_b types with blocks of
+  // at most 128; otherwise, or at 0, the absorbed tensor-core attention. Its workspace holds the
+  // K and V of as many heads as fit in 1 GiB at max_context (the dense f16 cache rows and f16
+  // k_b, v_b beside them).
+  int64_t mla_mha_min_rows = 512;
   bool verbose = true;        // progress lines while uploading
 };
 
@@ -152,9 +161,13 @@ class CudaEngine {
   uint64_t cache_bytes_per_token() const;
   // Multiply-adds of one token's forward on this rank without the LM head (the prefill floor):
   // every projection once, its share of K experts, the KDA recurrence; plus, per cached row it
-  // attends to, attention_macs_per_row() (MLA scores and values, absorbed).
+  // attends to, attention_macs_per_row(chunk) (MLA scores and values in the form a prefill chunk of
+  // `chunk` rows runs: decompressed, 192 + 128 per head, or absorbed, 576 + 512; the decompression
+  // itself, 2·512·128 per head and cached row once per chunk, is not counted).
   uint64_t linear_macs_per_token() const;
-  uint64_t attention_macs_per_row() const;
+  uint64_t attention_macs_per_row(int64_t chunk) const;
+  // Whether a prefill chunk of n rows runs MLA attention decompressed (mla_mha_min_rows).
+  bool MlaDecompressed(int64_t n) const;
 
   // Sequences (SequenceCache semantics: Add = zero state; Free releases pages and slot).
   absl::Status Add(SeqId id);
@@ -208,9 +221,11 @@ class CudaEngine {
     const int32_t* block_tables = nullptr;  // [n][block_table_stride] (stride 0: one shared table)
     int64_t block_table_stride = 0;
     int bucket = 256;               // MLA split bucket (power of two >= the longest length)
+    int64_t kv_len = 0;             // prefill runs: the sequence's length after the run (host-known); 0 in decode steps
     int64_t head_row = 0, head_rows = 0;  // rows [head_row, +head_rows) get logits
   };
   static int MlaBucket(int64_t max_len);
+  bool MlaMhaFits() const;  // K3's MLA widths, and attn_k_b / attn_v_b types MlaPrefillMha takes
   absl::Status Prepare(std::span<const SeqId> seqs, std::span<const int32_t> tokens, StepView* view);
   absl::Status CheckBatch(std::span<const SeqInput> batch) const;  // Forward's checks
   // Prepares a decode step and launches it (its graph, or eagerly) on the stream; no wait.

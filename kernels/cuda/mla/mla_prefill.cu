@@ -8,6 +8,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_ptx.cuh"
 
 namespace k3::cuda {
 namespace {
@@ -25,69 +26,24 @@ constexpr int kMinSplitRows = 512;                // MlaPrefillSplits: cache row
 constexpr float kLog2e = 1.4426950408889634f;
 
 // ---- shared-memory tiles ------------------------------------------------------------------------
-// Q, K and P tiles are f16, row-major, rows of `cpr` 16-byte chunks (cpr % 8 == 0); chunk c of row
-// r is stored at chunk c ^ (r & 7) of that row. ldmatrix reads 8 rows at one logical chunk: the XOR
-// puts them in 8 different 16-byte bank groups (the rows themselves are 1152 or 128 bytes apart,
-// i.e. in the same banks), so every ldmatrix and every tile store is conflict-free.
-__device__ __forceinline__ uint32_t Swz(int r, int c, int cpr) {
-  return static_cast<uint32_t>(r * cpr * 16 + ((c ^ (r & 7)) << 4));
-}
-
+// Q, K and P tiles are f16, row-major, rows of `cpr` 16-byte chunks (cpr % 8 == 0), swizzled by
+// ptx::Swz (chunk c of row r at chunk c ^ (r & 7)): the rows themselves are 1152 or 128 bytes
+// apart, i.e. in the same banks, so the XOR makes every ldmatrix and every tile store
+// conflict-free.
 size_t SmemBytes(int rw) {
   return sizeof(__half) * (static_cast<size_t>(3) * kBM * rw + kBM * kBN) +  // Q, 2 key tiles, P
          sizeof(float) * 6 * kBM + sizeof(int) * (kBM + 2);                  // statistics, lens
 }
 
-// ---- PTX helpers ----------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-
-__device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// c += a · b, m16n8k16, f16 inputs, f32 accumulators.
-__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-// 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-__device__ __forceinline__ void CpAsyncWaitAll() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits
-  return *reinterpret_cast<const uint32_t*>(&h);
-}
-
-// 8 floats (two 16-byte loads) -> 8 halves, times `mul`.
-__device__ __forceinline__ uint4 LoadHalf8(const float* src, float mul) {
-  const float4 x = __ldg(reinterpret_cast<const float4*>(src));
-  const float4 y = __ldg(reinterpret_cast<const float4*>(src) + 1);
-  return make_uint4(PackHalf2(x.x * mul, x.y * mul), PackHalf2(x.z * mul, x.w * mul), PackHalf2(y.x * mul, y.y * mul),
-                    PackHalf2(y.z * mul, y.w * mul));
-}
+using ptx::CpAsync16;
+using ptx::CpAsyncCommit;
+using ptx::LdMatrixX4;
+using ptx::LdMatrixX4Trans;
+using ptx::LoadHalf8;
+using ptx::Mma16816;
+using ptx::PackHalf2;
+using ptx::SmemAddr;
+using ptx::Swz;
 
 // ---- f32 cache -> dense f16 rows --------------------------------------------------------------
 
@@ -244,7 +200,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
     src_next = row_src(1);
   }
   for (int kt = 0; kt < n_kt; ++kt) {
-    CpAsyncWaitAll();
+    ptx::CpAsyncWait<0>();
     __syncthreads();  // (1)
     if (kt + 1 < n_kt) {
       issue_tile(kt + 1, src_next);

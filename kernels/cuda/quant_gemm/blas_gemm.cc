@@ -2,36 +2,10 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/cublas_check.h"
 #include "kernels/cuda/cuda_check.h"
 
 namespace k3::cuda {
-namespace {
-
-cudaError_t FromBlas(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_SUCCESS:
-      return cudaSuccess;
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return cudaErrorInvalidValue;
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return cudaErrorNotSupported;
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return cudaErrorMemoryAllocation;
-    default:
-      return cudaErrorUnknown;
-  }
-}
-
-// The one check of a cuBLAS status: returns it as a cudaError_t from the enclosing function.
-#define K3_CUBLAS_CHECK(expr)                                                                      \
-  do {                                                                                             \
-    if (const cublasStatus_t k3_blas_status_ = (expr); k3_blas_status_ != CUBLAS_STATUS_SUCCESS) { \
-      return FromBlas(k3_blas_status_);                                                            \
-    }                                                                                              \
-  } while (0)
-
-}  // namespace
 
 int64_t QuantGemmBlasRowBlock(int64_t cols, size_t weight_bytes) {
   if (cols <= 0) return 0;
