@@ -32,7 +32,6 @@ constexpr int kVal = static_cast<int>(kMlaMhaValue);
 constexpr int kQk = kNope + static_cast<int>(kMlaMhaRope);  // 192: the per-head query / key width
 constexpr int kRow = kLat + static_cast<int>(kMlaMhaRope);  // 576: a cache row
 constexpr int kQkChunks = kQk / 8;                          // 16-byte chunks of a Q or K tile row
-constexpr int kNopeChunks = kNope / 8;                      // of them, from the decompressed K_nope
 constexpr int kValChunks = kVal / 8;
 constexpr int kBM = 64;  // query rows per block, 16 per warp
 constexpr int kBN = 64;  // keys per tile
@@ -74,6 +73,14 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- the attention kernel -------------------------------------------------------------------------
 
+// 2^x in one MUFU instruction (ex2.approx.ftz: relative error ~2^-22, far below the f16 rounding
+// of the weights it produces; exp2f's accurate sequence costs several more).
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 struct Args {
   const float* q;  // [n_rows][q_row_stride]: head g of the group at g*192
   int64_t q_row_stride;
@@ -95,8 +102,8 @@ struct Args {
 // next tile loading while this one is used; rows >= kv_len are zero-filled):
 //   S = Q·Kᵀ (16 × 64 per warp; K rows = K_nope (128) | k_pe (64)), keys >= the row's len masked
 //   (only in tiles that reach past the block's shortest len), online softmax in f32 (log2 units;
-//   l sums the f16-rounded weights P·V uses, so o is a convex combination of the f16 V rows),
-//   O = α·O + P·V with P taken straight from the S accumulators as A fragments.
+//   l sums, on the tensor cores, the f16-rounded weights P·V uses, so o is a convex combination of
+//   the f16 V rows), O = α·O + P·V with P taken straight from the S accumulators as A fragments.
 // Two barriers per tile: tile ready; tile's last read done (before its buffer is refilled).
 __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) {
   PdlEnter();
@@ -133,22 +140,27 @@ __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) 
   const int lmax = max(s_red[0], s_red[1]), lmin = min(s_red[2], s_red[3]);
   const int n_kt = lmax > 0 ? (lmax + kBN - 1) / kBN : 0;
 
+  // Tile loader: thread = (rows tid/8 + 16j, chunks tid%8 + 8c): 8 threads read 128 contiguous
+  // bytes of a row, and the swizzled chunk (tid%8 + 8c) ^ (row & 7) = 8c + (tid%8 ^ (tid/8)%8) is
+  // the same for every row the thread loads (rows 16 apart): no address arithmetic per chunk.
+  const int ld_row = tid >> 3, ld_chunk = tid & 7, ld_swz = (ld_chunk ^ (ld_row & 7)) << 4;
+  const __half* k_src = a.k_nope + head * kNope + ld_chunk * 8;
+  const __half* pe_src = a.k_pe + ld_chunk * 8;
+  const __half* v_src = a.v + head * kVal + ld_chunk * 8;
   auto issue_tile = [&](int kt, int buf) {
-    const uint32_t kdst = SmemAddr(sk + buf * kKBytes), vdst = SmemAddr(sv + buf * kVBytes);
-    const int t_base = kt * kBN;
-    for (int i = tid; i < kBN * kQkChunks; i += kThreads) {
-      const int r = i / kQkChunks, c = i - r * kQkChunks, t = t_base + r;
-      const bool in = t < a.kv_len;
-      const int64_t tt = in ? t : 0;
-      const __half* src = c < kNopeChunks ? a.k_nope + tt * a.k_row_stride + head * kNope + c * 8
-                                          : a.k_pe + tt * kRow + (c - kNopeChunks) * 8;
-      CpAsync16(kdst + Swz(r, c, kQkChunks), src, in ? 16 : 0);
-    }
-    for (int i = tid; i < kBN * kValChunks; i += kThreads) {
-      const int r = i / kValChunks, c = i - r * kValChunks, t = t_base + r;
-      const bool in = t < a.kv_len;
-      const int64_t tt = in ? t : 0;
-      CpAsync16(vdst + Swz(r, c, kValChunks), a.v + tt * a.v_row_stride + head * kVal + c * 8, in ? 16 : 0);
+    const uint32_t kdst = SmemAddr(sk + buf * kKBytes) + ld_row * (kQkChunks * 16) + ld_swz;
+    const uint32_t vdst = SmemAddr(sv + buf * kVBytes) + ld_row * (kValChunks * 16) + ld_swz;
+#pragma unroll
+    for (int j = 0; j < kBN / 16; ++j) {
+      const int t = kt * kBN + ld_row + 16 * j;
+      const int bytes = t < a.kv_len ? 16 : 0;  // rows past the cache: zeros, nothing read
+      const int64_t tt = t < a.kv_len ? t : 0;
+      const uint32_t kd = kdst + j * 16 * (kQkChunks * 16), vd = vdst + j * 16 * (kValChunks * 16);
+      CpAsync16(kd, k_src + tt * a.k_row_stride, bytes);
+      CpAsync16(kd + 128, k_src + tt * a.k_row_stride + 64, bytes);
+      CpAsync16(kd + 256, pe_src + tt * kRow, bytes);
+      CpAsync16(vd, v_src + tt * a.v_row_stride, bytes);
+      CpAsync16(vd + 128, v_src + tt * a.v_row_stride + 64, bytes);
     }
     CpAsyncCommit();
   };
@@ -161,7 +173,23 @@ __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) 
     LdMatrixX4(qf[ks], SmemAddr(sq) + Swz(wrow + (lane & 15), ks * 2 + (lane >> 4), kQkChunks));
   }
   const int len0 = s_len[wrow + g], len1 = s_len[wrow + g + 8];
-  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  // ldmatrix addresses: lane-constant bases plus compile-time offsets. A K fragment's rows r have
+  // r & 7 = lane & 7 and its chunk 2ks + b (b: a lane bit), so its swizzled chunk is
+  // 8(ks/4) + (2(ks%4) ^ (b ^ (lane & 7))): one of four lane-constant offsets (likewise for V).
+  const int x = lane & 7;
+  const uint32_t k_lane = (x + ((lane >> 4) << 3)) * (kQkChunks * 16);
+  const uint32_t v_lane = (x + (((lane >> 3) & 1) << 3)) * (kValChunks * 16);
+  uint32_t k_off[4], v_off[4];
+#pragma unroll
+  for (int m = 0; m < 4; ++m) {
+    k_off[m] = ((2 * m) ^ (((lane >> 3) & 1) ^ x)) << 4;
+    v_off[m] = ((2 * m) ^ ((lane >> 4) ^ x)) << 4;
+  }
+  float m0 = -INFINITY, m1 = -INFINITY;
+  // Row sums of P on the tensor cores: P · (a 16 x 8 tile of ones) gives each row's sum in every
+  // column: ls[0] (row g) and ls[2] (row g + 8), summed exactly over the f16 weights P·V uses.
+  constexpr uint32_t kOnes = 0x3C003C00u;  // two f16 1.0
+  float ls[4] = {0.0f, 0.0f, 0.0f, 0.0f};
   float o[kVal / 8][4];
 #pragma unroll
   for (int dt = 0; dt < kVal / 8; ++dt) o[dt][0] = o[dt][1] = o[dt][2] = o[dt][3] = 0.0f;
@@ -185,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) 
 #pragma unroll
       for (int np = 0; np < kBN / 16; ++np) {
         uint32_t b[4];
-        LdMatrixX4(b, kb + Swz(np * 16 + (lane & 7) + ((lane >> 4) << 3), ks * 2 + ((lane >> 3) & 1), kQkChunks));
+        LdMatrixX4(b, kb + k_lane + k_off[ks & 3] + np * 16 * (kQkChunks * 16) + (ks >> 2) * 128);
         Mma16816(s[2 * np], qf[ks], b[0], b[1]);
         Mma16816(s[2 * np + 1], qf[ks], b[2], b[3]);
       }
@@ -214,11 +242,13 @@ __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) 
     mx1 = fmaxf(mx1, __shfl_xor_sync(detail::kFullMask, mx1, 2));
     // A row with every key so far masked keeps m = -inf; its weights are exp2(-inf) = 0.
     const float base0 = mx0 == -INFINITY ? 0.0f : mx0, base1 = mx1 == -INFINITY ? 0.0f : mx1;
-    const float al0 = exp2f(m0 - base0), al1 = exp2f(m1 - base1);
+    const float al0 = Exp2(m0 - base0), al1 = Exp2(m1 - base1);
     m0 = mx0;
     m1 = mx1;
-    l0 *= al0;
-    l1 *= al1;
+    ls[0] *= al0;
+    ls[1] *= al0;
+    ls[2] *= al1;
+    ls[3] *= al1;
 #pragma unroll
     for (int dt = 0; dt < kVal / 8; ++dt) {
       o[dt][0] *= al0;
@@ -233,18 +263,14 @@ __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) 
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const float(&sc)[4] = s[2 * kk + h];
-        const __half2 p0 = __floats2half2_rn(exp2f(sc[0] - base0), exp2f(sc[1] - base0));
-        const __half2 p1 = __floats2half2_rn(exp2f(sc[2] - base1), exp2f(sc[3] - base1));
-        const float2 f0 = __half22float2(p0), f1 = __half22float2(p1);
-        l0 += f0.x + f0.y;
-        l1 += f1.x + f1.y;
-        pa[2 * h] = *reinterpret_cast<const uint32_t*>(&p0);
-        pa[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&p1);
+        pa[2 * h] = ptx::PackHalf2(Exp2(sc[0] - base0), Exp2(sc[1] - base0));
+        pa[2 * h + 1] = ptx::PackHalf2(Exp2(sc[2] - base1), Exp2(sc[3] - base1));
       }
+      Mma16816(ls, pa, kOnes, kOnes);
 #pragma unroll
       for (int dp = 0; dp < kVal / 16; ++dp) {
         uint32_t b[4];
-        LdMatrixX4Trans(b, vb + Swz(kk * 16 + (lane & 7) + (((lane >> 3) & 1) << 3), dp * 2 + (lane >> 4), kValChunks));
+        LdMatrixX4Trans(b, vb + v_lane + v_off[dp & 3] + kk * 16 * (kValChunks * 16) + (dp >> 2) * 128);
         Mma16816(o[2 * dp], pa, b[0], b[1]);
         Mma16816(o[2 * dp + 1], pa, b[2], b[3]);
       }
@@ -252,10 +278,7 @@ __global__ void __launch_bounds__(kThreads, 2) MhaAttentionKernel(const Args a) 
     __syncthreads();  // this buffer is refilled by the next iteration's issue
   }
 
-  l0 += __shfl_xor_sync(detail::kFullMask, l0, 1);
-  l0 += __shfl_xor_sync(detail::kFullMask, l0, 2);
-  l1 += __shfl_xor_sync(detail::kFullMask, l1, 1);
-  l1 += __shfl_xor_sync(detail::kFullMask, l1, 2);
+  const float l0 = ls[0], l1 = ls[2];
   const float inv0 = l0 > 0.0f ? 1.0f / l0 : 0.0f, inv1 = l1 > 0.0f ? 1.0f / l1 : 0.0f;
   const int r0 = i0 + wrow + g, r1 = r0 + 8;
   float* out = a.out + head * kVal + 2 * q4;

@@ -13,10 +13,14 @@ constexpr int kTileTokens = 16;  // tokens per thread: a prompt chunk spreads ov
 
 static_assert(kTileTokens >= kMax, "only the first token tile may read the history");
 
-// Thread = (channel, tile of kTileTokens tokens, sequence): the window of the taps-1 inputs before
-// the tile (from `in`, or for the first tile from the history) lives in registers (constant
-// indices only: every loop is unrolled to kMax and guarded by `taps`). The first tile's thread
-// also writes the channel's new history, after it has read the old one; no other tile reads it.
+// Thread = (channel, tile of kTileTokens tokens, sequence). The taps are right-aligned in
+// registers (w[kMax - taps + j] = tap j, zeros before) and so are the inputs: x[k] is the input
+// at token t0 - (kMax - 1) + k, zero before the sequence's history. Every input of the tile is
+// loaded before the first output is computed (independent loads in flight together; `out` may not
+// alias `in`), and every index is a constant after unrolling (registers, no local memory); the
+// padding taps are skipped, so each output is the taps-long dot product in the order it always
+// was. The first tile's thread also writes the channel's new history after it
+// has read the old one; no other tile reads it.
 __global__ void __launch_bounds__(kThreads) ShortConvKernel(const ShortConvParams p) {
   PdlEnter();
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -29,43 +33,30 @@ __global__ void __launch_bounds__(kThreads) ShortConvKernel(const ShortConvParam
   // Input u of the sequence: token u's row for u >= 0, history row u + hist before it.
   auto input = [&](int64_t u) { return u >= 0 ? p.in[(row0 + u) * p.in_stride + c] : h[(u + hist) * p.channels + c]; };
   const int64_t t0 = tile * kTileTokens;
-  const int64_t t1 = t0 + kTileTokens < p.n_tokens ? t0 + kTileTokens : p.n_tokens;
-  float w[kMax], win[kMax];
+  const int n = static_cast<int>(t0 + kTileTokens < p.n_tokens ? kTileTokens : p.n_tokens - t0);
+  float w[kMax], x[kMax - 1 + kTileTokens];
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) {
-    w[j] = j < taps ? p.weight[c * taps + j] : 0.0f;
-    win[j] = j < hist ? input(t0 - hist + j) : 0.0f;
-  }
-  // w[taps-1] (the current token's tap), selected with constant indices
-  float wl = 0.0f;
+  for (int j = 0; j < kMax; ++j) w[j] = j >= kMax - taps ? p.weight[c * taps + j - (kMax - taps)] : 0.0f;
 #pragma unroll
-  for (int j = 0; j < kMax; ++j) {
-    if (j == taps - 1) wl = w[j];
-  }
-  for (int64_t t = t0; t < t1; ++t) {
-    const float cur = p.in[(row0 + t) * p.in_stride + c];
+  for (int k = 0; k < kMax - 1; ++k) x[k] = k >= kMax - 1 - hist ? input(t0 - (kMax - 1) + k) : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kTileTokens; ++i) x[kMax - 1 + i] = i < n ? p.in[(row0 + t0 + i) * p.in_stride + c] : 0.0f;
+#pragma unroll
+  for (int i = 0; i < kTileTokens; ++i) {
+    if (i >= n) break;
     float acc = 0.0f;
 #pragma unroll
-    for (int j = 0; j < kMax - 1; ++j) {
-      if (j < hist) acc = fmaf(w[j], win[j], acc);
+    for (int j = 0; j < kMax; ++j) {
+      if (j >= kMax - taps) acc = fmaf(w[j], x[i + j], acc);
     }
-    acc = fmaf(wl, cur, acc);
-    p.out[(row0 + t) * p.out_stride + c] = acc * detail::SigmoidF(acc);
-    // shift the window: oldest out, cur in at position hist-1
-#pragma unroll
-    for (int j = 0; j < kMax - 1; ++j) {
-      if (j < hist - 1) win[j] = win[j + 1];
-      else if (j == hist - 1) win[j] = cur;
-    }
+    p.out[(row0 + t0 + i) * p.out_stride + c] = acc * detail::SigmoidF(acc);
   }
   if (tile != 0) return;
-  // The new history: the last hist inputs of the sequence. A run within one tile (decode) ends
-  // with exactly them in the window; a longer one (more than kTileTokens >= hist tokens) has them
-  // all in `in`.
-  const bool one_tile = t1 == p.n_tokens;
+    // The new history: the last hist inputs of the sequence, in ascending order: input(u) for u < 0
+    // reads old row n_tokens + j > j, not yet overwritten.
 #pragma unroll
   for (int j = 0; j < kMax - 1; ++j) {
-    if (j < hist) h[j * p.channels + c] = one_tile ? win[j] : p.in[(row0 + p.n_tokens - hist + j) * p.in_stride + c];
+    if (j < hist) h[j * p.channels + c] = input(p.n_tokens - hist + j);
   }
 }
 
