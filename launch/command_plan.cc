@@ -144,7 +144,8 @@ absl::StatusOr<LaunchPlan> BuildLaunchPlan(const LaunchConfig& c, const PlanOpti
               "--listen", co.listen};
   if (co.metrics_port > 0) cmd.argv.insert(cmd.argv.end(), {"--metrics-port", absl::StrCat(co.metrics_port)});
   cmd.argv.insert(cmd.argv.end(), {"--token-budget", absl::StrCat(co.token_budget), "--prefill-chunk",
-                                   absl::StrCat(co.prefill_chunk), "--max-queue", absl::StrCat(co.max_queue)});
+                                   absl::StrCat(co.prefill_chunk), "--idle-prefill-chunk",
+                                   absl::StrCat(co.idle_prefill_chunk), "--max-queue", absl::StrCat(co.max_queue)});
   if (co.max_tokens_limit > 0) cmd.argv.insert(cmd.argv.end(), {"--max-tokens-limit", absl::StrCat(co.max_tokens_limit)});
   if (co.max_prompt_tokens > 0) cmd.argv.insert(cmd.argv.end(), {"--max-prompt-tokens", absl::StrCat(co.max_prompt_tokens)});
   if (co.max_concurrent_per_client > 0) {

@@ -236,15 +236,16 @@ class Parser {
 
   void Coordinator(const YAML::Node& node, CoordinatorSpec& c) {
     MapReader r(node, "coordinator", diag_,
-                {"listen", "metrics_port", "token_budget", "prefill_chunk", "max_queue", "max_tokens_limit",
-                 "max_prompt_tokens", "max_concurrent_per_client", "auth_token_file", "tls_cert", "tls_key", "tls_ca",
-                 "worker_token_file", "worker_tls_ca", "env"},
+                {"listen", "metrics_port", "token_budget", "prefill_chunk", "idle_prefill_chunk", "max_queue",
+                 "max_tokens_limit", "max_prompt_tokens", "max_concurrent_per_client", "auth_token_file", "tls_cert",
+                 "tls_key", "tls_ca", "worker_token_file", "worker_tls_ca", "env"},
                 &c.where);
     if (!r.valid()) return;
     if (auto v = r.Str("listen")) c.listen = *v;
     if (auto v = r.Int("metrics_port", 0, 65535)) c.metrics_port = *v;
     if (auto v = r.Int("token_budget", 1, kMaxInt)) c.token_budget = *v;
     if (auto v = r.Int("prefill_chunk", 1, kMaxInt)) c.prefill_chunk = *v;
+    if (auto v = r.Int("idle_prefill_chunk", 1, kMaxInt)) c.idle_prefill_chunk = *v;
     if (auto v = r.Int("max_queue", 1, kMaxInt)) c.max_queue = *v;
     if (auto v = r.Int("max_tokens_limit", 0, 1ll << 32)) c.max_tokens_limit = *v;
     if (auto v = r.Int("max_prompt_tokens", 0, 1ll << 32)) c.max_prompt_tokens = *v;

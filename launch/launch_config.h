@@ -90,6 +90,7 @@ struct CoordinatorSpec {
   int64_t metrics_port = 0;  // 0: no metrics endpoint
   int64_t token_budget = 512;
   int64_t prefill_chunk = 256;
+  int64_t idle_prefill_chunk = 16384;  // prompt tokens per step while no sequence decodes
   int64_t max_queue = 256;
   int64_t max_tokens_limit = 0;
   int64_t max_prompt_tokens = 0;

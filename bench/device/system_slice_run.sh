@@ -27,7 +27,9 @@
 # Knobs (defaults): K3_BACKEND (cuda), K3_PRESET (slice), K3_SEED (1), K3_QUANT (UD-IQ1_S), K3_SHORT
 # (3584: the decode prompt; with K3_GEN it stays in one MLA context bucket, 2k..4k, so a warm
 # served run captures no CUDA graph), K3_GEN (256 decode tokens), K3_LONG (32768), K3_CHUNK (2048:
-# prompt tokens per prefill forward, worker and coordinator), K3_RUNS (3 served decode runs),
+# prompt tokens per prefill forward, worker and coordinator), K3_COORD_CHUNK (K3_CHUNK: the
+# coordinator's --prefill-chunk and --token-budget, the steps' limits while a sequence decodes;
+# --idle-prefill-chunk is K3_CHUNK, the served long prompt's steps), K3_RUNS (3 served decode runs),
 # K3_POLL_US (20000; 0: no polling runs), K3_WORKER_DEBUG (0; 1: the leader logs its per-step
 # lines too, which costs the served runs a little), K3_TIMEOUT (300 s per engine run and for the
 # served worker to load), K3_SYS_DIR (.k3sys), K3_SYS_BIN (/tmp/k3sys: the unpacked binaries),
@@ -42,6 +44,7 @@ B=${K3_SYS_BIN:-/tmp/k3sys}
 BACKEND=${K3_BACKEND:-cuda}
 PRESET=${K3_PRESET:-slice} SEED=${K3_SEED:-1} QUANT=${K3_QUANT:-UD-IQ1_S}
 SHORT=${K3_SHORT:-3584} GEN=${K3_GEN:-256} LONG=${K3_LONG:-32768} CHUNK=${K3_CHUNK:-2048} RUNS=${K3_RUNS:-3}
+CCHUNK=${K3_COORD_CHUNK:-$CHUNK}
 TMO=${K3_TIMEOUT:-300} POLL=${K3_POLL_US:-20000}
 WPORT=51071 CPORT=51072
 
@@ -110,7 +113,7 @@ trap stop EXIT
 start_coordinator() {  # log file, its SPDLOG_LEVEL, then more k3-coordinator options
   local log=$1 level=$2; shift 2
   SPDLOG_LEVEL=$level "$B/k3-coordinator" --model "$model" --workers "127.0.0.1:$WPORT" --listen "127.0.0.1:$CPORT" \
-    --prefill-chunk "$CHUNK" --token-budget "$CHUNK" "$@" > "$log" 2>&1 &
+    --prefill-chunk "$CCHUNK" --token-budget "$CCHUNK" --idle-prefill-chunk "$CHUNK" "$@" > "$log" 2>&1 &
   cpid=$!
   for _ in $(seq 1 300); do "$B/k3" health --server "127.0.0.1:$CPORT" > /dev/null 2>&1 && return 0; sleep 0.1; done
   echo "coordinator did not come up:"; tail -5 "$log"; return 1
@@ -123,7 +126,7 @@ k3gen() {  # name, then k3 generate options: ids to $L/name.ids, the finish line
 }
 
 echo "=== $BACKEND, $PRESET (seed $SEED, $QUANT); decode prompt $SHORT tokens + $GEN, long prompt $LONG;" \
-     "prefill chunk $CHUNK; cache $cache tokens"
+     "prefill chunk $CHUNK (coordinator: $CCHUNK while a sequence decodes); cache $cache tokens"
 echo "--- engine alone: decode"
 timeout "$TMO" "${worker[@]}" --prompt-file "$L/short.txt" --gen "$GEN" > "$L/engine-decode.log" 2>&1
 grep -E "^(prefill|backend|k3-worker)" "$L/engine-decode.log"

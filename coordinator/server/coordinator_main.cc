@@ -4,6 +4,8 @@
 //
 //   k3-coordinator --model m.gguf --workers 127.0.0.1:50061[,host:port...] --listen 127.0.0.1:50051
 //                  [--metrics-port 9464] [--token-budget 512] [--prefill-chunk 256] [--max-queue 256]
+//                  [--idle-prefill-chunk 16384]  prompt tokens per step while no sequence decodes
+//                                                (step_plan.h; <= --prefill-chunk: always the latter)
 //                  [--max-concurrent-per-client N]              Generate calls in flight per client (0: no limit)
 //                  [--auth-token-file F]                        clients must send 'authorization: Bearer <token>'
 //                  [--tls-cert cert.pem --tls-key key.pem]      TLS for clients
@@ -41,6 +43,7 @@ absl::Status Run(k3::CliArgs& args) {
   k3::coord::SchedulerOptions sched;
   K3_ASSIGN_OR_RETURN(sched.token_budget, args.Int("token-budget", 512));
   K3_ASSIGN_OR_RETURN(sched.prefill_chunk, args.Int("prefill-chunk", 256));
+  K3_ASSIGN_OR_RETURN(sched.idle_prefill_chunk, args.Int("idle-prefill-chunk", 16384));
   K3_ASSIGN_OR_RETURN(sched.max_queue, args.Int("max-queue", 256));
   K3_ASSIGN_OR_RETURN(int64_t step_poll_us, args.Int("step-poll-us", 0));
   k3::coord::ServiceLimits limits;
@@ -56,7 +59,9 @@ absl::Status Run(k3::CliArgs& args) {
   const std::string worker_tls_ca = args.Str("worker-tls-ca");
   K3_RETURN_IF_ERROR(args.Finish());
   if (model.empty() || workers.empty()) return absl::InvalidArgumentError("--model and --workers are required");
-  if (sched.token_budget < 1 || sched.prefill_chunk < 1) return absl::InvalidArgumentError("budgets must be >= 1");
+  if (sched.token_budget < 1 || sched.prefill_chunk < 1 || sched.idle_prefill_chunk < 1) {
+    return absl::InvalidArgumentError("budgets must be >= 1");
+  }
   if (step_poll_us < 0) return absl::InvalidArgumentError("--step-poll-us must be >= 0");
   sched.step_poll = std::chrono::microseconds(step_poll_us);
   if (limits.max_concurrent_per_client < 0) return absl::InvalidArgumentError("--max-concurrent-per-client must be >= 0");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/server/step_plan.h"
 #include "spdlog/spdlog.h"
 
 namespace k3::coord {
@@ -312,32 +313,33 @@ void GroupScheduler::Loop() {
     for (int64_t id : free) step.add_free(id);
     to_free_.clear();
 
-    // One decode token per sequence in generation, then prompt chunks within the budget.
-    int64_t budget = options_.token_budget;
+    // One decode token per sequence in generation, then prompt chunks within the budget (PlanStep).
+    std::vector<SeqState> states;
+    states.reserve(running_.size());
+    for (const auto& r : running_) {
+      const int64_t left = static_cast<int64_t>(r->req->prompt.size() - r->prefilled);
+      states.push_back({left == 0 && r->next_input >= 0, left});
+    }
+    const std::vector<int64_t> plan =
+        PlanStep(states, {options_.token_budget, options_.prefill_chunk, options_.idle_prefill_chunk});
     std::vector<std::pair<Running*, int64_t>> in_step;  // (sequence, prompt tokens sent; 0 = decode)
+    size_t i = 0;
     for (auto& r : running_) {
-      if (r->prefilled == r->req->prompt.size() && r->next_input >= 0 && budget > 0) {
-        auto* e = step.add_entries();
-        e->set_seq(r->seq);
+      const int64_t n = plan[i++];
+      if (n < 0) continue;
+      auto* e = step.add_entries();
+      e->set_seq(r->seq);
+      if (n == 0) {
         e->add_tokens(r->next_input);
         e->set_top_n(r->req->chooser->top_n());
         e->set_full_logits(r->req->chooser->needs_full_logits());
-        in_step.push_back({r.get(), 0});
-        --budget;
+      } else {
+        for (int64_t k = 0; k < n; ++k) e->add_tokens(r->req->prompt[r->prefilled + k]);
+        const bool completes = n == states[i - 1].prompt_left;
+        e->set_top_n(completes ? r->req->chooser->top_n() : 1);
+        e->set_full_logits(completes && r->req->chooser->needs_full_logits());
       }
-    }
-    for (auto& r : running_) {
-      const int64_t left = static_cast<int64_t>(r->req->prompt.size() - r->prefilled);
-      if (left == 0 || budget <= 0) continue;
-      const int64_t n = std::min({left, options_.prefill_chunk, budget});
-      auto* e = step.add_entries();
-      e->set_seq(r->seq);
-      for (int64_t i = 0; i < n; ++i) e->add_tokens(r->req->prompt[r->prefilled + i]);
-      const bool completes = n == left;
-      e->set_top_n(completes ? r->req->chooser->top_n() : 1);
-      e->set_full_logits(completes && r->req->chooser->needs_full_logits());
       in_step.push_back({r.get(), n});
-      budget -= n;
     }
     metrics_->running = static_cast<int64_t>(running_.size());
     if (step.entries_size() == 0 && step.free_size() == 0 && step.add_size() == 0) {

@@ -1,7 +1,8 @@
 // Continuous batching for one worker group: admits queued requests while the group has
 // sequence slots and cache room for their whole budget (so the cache can never overflow), and
 // builds each step from one decode token per running sequence plus prompt chunks (chunked
-// prefill) within a token budget, so long prompts do not stall running streams.
+// prefill) within a token budget, so long prompts do not stall running streams (step_plan.h; with
+// no stream running, prompts go in large chunks).
 #pragma once
 
 #include <atomic>
@@ -27,6 +28,9 @@ namespace k3::coord {
 struct SchedulerOptions {
   int64_t token_budget = 512;     // tokens per step (decode tokens + prefill chunks)
   int64_t prefill_chunk = 256;    // most prompt tokens of one sequence in one step
+  // The same when no sequence is decoding (step_plan.h): a lone prompt in large steps. At most
+  // prefill_chunk disables it.
+  int64_t idle_prefill_chunk = 16384;
   int64_t max_queue = 256;        // queued requests beyond this are refused
   std::chrono::milliseconds step_timeout{300000};
   // After sending a step, poll for its reply this long before sleeping (0: sleep at once). Costs a
