@@ -35,6 +35,11 @@
 // issue slots 59% busy, DRAM 17%, 3.6 active warps per scheduler (128 registers: 2 blocks of 256
 // threads per SM), ~127 instructions per (row, lane) sub-block: latency with too few warps, and
 // per-row overhead (loads' address arithmetic, butterfly) as large as the decode itself.
+// Tried, not kept (session 9): the same lanes and reduction fed from shared memory, whole 8-row
+// tiles copied by 16-byte cp.async 4 tiles ahead (63 registers, 5.6 warps per scheduler, bit for bit
+// the same outputs): 37.0 us, unchanged. ncu: L1/shared pipe 73% busy (the grid lookups, 4 random
+// LDS.64 per sub-block, and the 2-byte sub-block loads), issue 58%, DRAM 15%: global latency was
+// not the limit; fewer shared-memory wavefronts per weight would be.
 //
 // Rows wider than kIq1sSubMaxCols stay on the block GEMV (QuantGemv decides).
 //
