@@ -46,7 +46,10 @@ PRESET=${K3_PRESET:-slice} SEED=${K3_SEED:-1} QUANT=${K3_QUANT:-UD-IQ1_S}
 SHORT=${K3_SHORT:-3584} GEN=${K3_GEN:-256} LONG=${K3_LONG:-32768} CHUNK=${K3_CHUNK:-2048} RUNS=${K3_RUNS:-3}
 CCHUNK=${K3_COORD_CHUNK:-$CHUNK}
 TMO=${K3_TIMEOUT:-300} POLL=${K3_POLL_US:-20000}
-WPORT=51071 CPORT=51072
+WPORT=51071 CPORT=51072 SPORT=51073
+# K3_STEP_CHANNEL (1): the served worker also serves steps on its step channel (--step-port), which
+# the coordinator then uses instead of one gRPC call per step; 0: gRPC steps, as before.
+STEP_CHANNEL=${K3_STEP_CHANNEL:-1}
 
 model=$C/synth/$PRESET-seed$SEED-$QUANT.gguf
 if [ ! -f "$model" ]; then
@@ -140,7 +143,10 @@ echo "RESULT engine prefill, $LONG tokens: $(grep -o "^prefill $LONG tokens: [0-
 
 echo "--- served: k3-worker --serve, k3-coordinator, k3 generate"
 [ "${K3_WORKER_DEBUG:-0}" = 1 ] && export SPDLOG_LEVEL=debug
-"${worker[@]}" --serve "127.0.0.1:$WPORT" > "$L/worker.log" 2>&1 &
+served=(--serve "127.0.0.1:$WPORT")
+[ "$STEP_CHANNEL" = 1 ] && served+=(--step-port "$SPORT")
+echo "served worker: ${served[*]}"
+"${worker[@]}" "${served[@]}" > "$L/worker.log" 2>&1 &
 wpid=$!
 export SPDLOG_LEVEL=info
 for _ in $(seq 1 $((TMO * 10))); do

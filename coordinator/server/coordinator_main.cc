@@ -76,6 +76,7 @@ absl::Status Run(k3::CliArgs& args) {
     K3_ASSIGN_OR_RETURN(sched.link.token, k3::security::ReadTokenFile(worker_token_file));
   }
   K3_ASSIGN_OR_RETURN(sched.link.credentials, k3::security::ChannelCredentials(worker_tls_ca));
+  sched.link.tls = !worker_tls_ca.empty();
 
   K3_ASSIGN_OR_RETURN(auto file, k3::gguf::GgufFile::Open(model, /*allow_header_only=*/true));
   K3_ASSIGN_OR_RETURN(k3::model::K3Config config, k3::model::ParseK3Config(*file));

@@ -1,7 +1,9 @@
 #include "coordinator/server/worker_client.h"
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 #include "worker/common/grpc_security.h"
+#include "worker/common/step_channel_protocol.h"
 
 namespace k3::coord {
 
@@ -11,7 +13,7 @@ absl::Status FromGrpc(const grpc::Status& s) {
 }
 
 WorkerClient::WorkerClient(std::string address, WorkerLink link)
-    : address_(std::move(address)), token_(std::move(link.token)), rng_(std::random_device{}()) {
+    : address_(std::move(address)), token_(std::move(link.token)), rng_(std::random_device{}()), tls_(link.tls) {
   NewSession();
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
@@ -31,11 +33,44 @@ WorkerClient::~WorkerClient() {
 
 void WorkerClient::NewSession() {
   session_ = rng_() | 1;  // never 0 ("no session")
+  steps_.Close();
 }
+
+namespace {
+
+// The host part of "host:port" ("[v6]:port" too).
+std::string HostOf(const std::string& address) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host;
+}
+
+}  // namespace
 
 absl::StatusOr<k3::v1::StepResponse> WorkerClient::RunStep(const k3::v1::StepRequest& req,
                                                            std::chrono::milliseconds timeout,
                                                            std::chrono::microseconds poll) {
+  if (steps_.valid()) {
+    auto fail = [&](const absl::Status& why) {
+      steps_.Close();
+      return absl::Status(why.code(), absl::StrCat("worker group ", address_, ": step channel: ", why.message()));
+    };
+    std::string bytes;
+    req.SerializeToString(&bytes);
+    if (absl::Status w = steps_.Write(bytes); !w.ok()) return fail(w);
+    absl::StatusOr<std::string> frame = steps_.Read(poll, std::chrono::steady_clock::now() + timeout);
+    if (!frame.ok()) return fail(frame.status());
+    if (frame->empty()) return fail(absl::DataLossError("empty reply"));
+    const auto code = static_cast<absl::StatusCode>(static_cast<unsigned char>((*frame)[0]));
+    if (code != absl::StatusCode::kOk) {
+      return absl::Status(code, absl::StrCat("worker group ", address_, ": ", frame->substr(1)));
+    }
+    k3::v1::StepResponse resp;
+    if (!resp.ParseFromArray(frame->data() + 1, static_cast<int>(frame->size() - 1))) {
+      return fail(absl::DataLossError("malformed StepResponse"));
+    }
+    return resp;
+  }
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + timeout);
   security::AddBearer(ctx, token_);
@@ -79,7 +114,29 @@ absl::StatusOr<k3::v1::WorkerInfo> WorkerClient::GetInfo(std::chrono::millisecon
     return absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                         absl::StrCat("worker group ", address_, ": ", s.error_message()));
   }
+  if (!steps_.valid() && !tls_ && info.step_port() > 0) ConnectSteps(static_cast<int>(info.step_port()), timeout);
   return info;
+}
+
+void WorkerClient::ConnectSteps(int port, std::chrono::milliseconds timeout) {
+  const std::string host = HostOf(address_);
+  absl::StatusOr<net::FrameSocket> sock = net::FrameSocket::Connect(host, port, timeout);
+  absl::Status st = sock.status();
+  if (st.ok()) st = sock->Write(std::string(net::kStepHello) + token_);
+  if (st.ok()) {
+    absl::StatusOr<std::string> reply =
+        sock->Read(std::chrono::microseconds(0), std::chrono::steady_clock::now() + timeout);
+    st = !reply.ok()                   ? reply.status()
+         : *reply == net::kStepHelloOk ? absl::OkStatus()
+                                       : absl::PermissionDeniedError(absl::StrCat("the leader said: ", *reply));
+  }
+  if (!st.ok()) {
+    spdlog::warn("worker group {}: no step channel on {}:{} ({}); steps go over gRPC", address_, host, port,
+                 st.ToString());
+    return;
+  }
+  steps_ = std::move(*sock);
+  spdlog::info("worker group {}: steps over the step channel {}:{}", address_, host, port);
 }
 
 }  // namespace k3::coord

@@ -4,15 +4,18 @@
 # Checks: streamed greedy output equals the engine's direct greedy output; concurrent requests
 # all complete; a request past its deadline is cancelled and its sequence freed; a killed worker
 # group makes requests fail with UNAVAILABLE (no hang), health says NOT_SERVING, and a restarted
-# group rejoins and serves again; the metrics endpoint answers.
+# group rejoins and serves again; the metrics endpoint answers. The leader serves steps on its step
+# channel too (k3-worker --step-port): the coordinator runs every step over it, and finds it again
+# after the restart.
 set -uo pipefail
 bin=$1 model=$2 ranks=${3:-2}
 work=$(mktemp -d)
 . "$(dirname "$0")/../e2e/common.sh"
-read -r wport cport mport < <(ports 3 | xargs)
+read -r wport cport mport sport < <(ports 4 | xargs)
 start_group() {
   mpirun --oversubscribe --allow-run-as-root -np "$ranks" -x OMP_NUM_THREADS "$bin/k3-worker" --model "$model" \
-    --serve "127.0.0.1:$wport" --max-seqs 4 --cache-tokens 4096 --timeout-ms 20000 > "$work/worker.log" 2>&1 &
+    --serve "127.0.0.1:$wport" --step-port "$sport" --max-seqs 4 --cache-tokens 4096 --timeout-ms 20000 \
+    > "$work/worker.log" 2>&1 &
   gpid=$!
   pids+=("$gpid")
   wait_for "$work/worker.log" "LEADER READY" 60 || fail "worker group did not start"
@@ -37,6 +40,8 @@ echo "served: $got"
 tr ' ' '\n' <<< "$prompt" > "$work/prompt.txt"  # --ids-file: prompts too long for one argument
 got=$(k3 generate --ids-file "$work/prompt.txt" --max-tokens 8 --ignore-eos 2>/dev/null | tr -s ' ' | sed 's/^ //')
 [ "$want" = "$got" ] || fail "--ids-file gave $got, --ids $want"
+
+grep -q "steps over the step channel 127.0.0.1:$sport" "$work/coord.log" || fail "the coordinator is not on the step channel"
 
 # 2. Concurrent requests: all complete.
 k3 load --requests 8 --concurrency 4 --ids "$prompt" --max-tokens 6 --ignore-eos || fail "load"
@@ -63,4 +68,6 @@ for _ in $(seq 1 50); do k3 health > /dev/null 2>&1 && break; sleep 0.2; done
 k3 health || fail "the restarted group did not rejoin"
 got2=$(k3 generate --ids "$prompt" --max-tokens 8 --ignore-eos 2>/dev/null | tr -s ' ' | sed 's/^ //')
 [ "$want" = "$got2" ] || fail "after the restart: $got2"
+[ "$(grep -c "steps over the step channel 127.0.0.1:$sport" "$work/coord.log")" -ge 2 ] ||
+  fail "the coordinator did not find the restarted group's step channel"
 echo "1 passed, 0 failed"

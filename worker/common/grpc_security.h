@@ -36,6 +36,9 @@ class BearerAuth {
   // OK, or UNAUTHENTICATED saying what is missing (never echoing what was sent). Rejections are
   // logged with the peer and method, at most one line a second (a flood must not flood the log).
   grpc::Status Check(const grpc::ServerContext& ctx) const;
+  // The same test on a token given outside gRPC (the step channel's hello): true when no token
+  // is wanted or it matches (constant time).
+  bool Accepts(std::string_view token) const { return token_.empty() || ConstantTimeEquals(token, token_); }
 
  private:
   std::string token_;

@@ -52,16 +52,20 @@ std::chrono::steady_clock::duration LeaderService::idle() const {
 
 grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::StepRequest* req,
                                     k3::v1::StepResponse* resp) {
-  const auto entered = std::chrono::steady_clock::now();
   // Before anything else: a caller without the token learns nothing and keeps nothing alive.
   if (grpc::Status s = auth_.Check(*ctx); !s.ok()) return s;
+  return ToGrpc(Run(*req, resp));
+}
+
+absl::Status LeaderService::Run(const k3::v1::StepRequest& req, k3::v1::StepResponse* resp) {
+  const auto entered = std::chrono::steady_clock::now();
   Activity activity(*this);
   std::lock_guard<std::mutex> lock(mu_);
   if (broken_ || shut_down_) {
-    return grpc::Status(grpc::StatusCode::UNAVAILABLE, "worker group is down (a rank failed or it is shutting down)");
+    return absl::UnavailableError("worker group is down (a rank failed or it is shutting down)");
   }
-  Step step = FromProto(*req);
-  if (step.shutdown) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "shutdown is not accepted over RPC");
+  Step step = FromProto(req);
+  if (step.shutdown) return absl::InvalidArgumentError("shutdown is not accepted over RPC");
   const auto t0 = std::chrono::steady_clock::now();
   absl::StatusOr<StepResult> result = group_.LeaderStep(step);
   const auto stepped = std::chrono::steady_clock::now();
@@ -70,9 +74,9 @@ grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::Step
     if (IsGroupFailure(result.status())) {
       broken_ = true;
       spdlog::error("worker group failed: {}", std::string(result.status().message()));
-      return grpc::Status(grpc::StatusCode::UNAVAILABLE, absl::StrCat("worker group failed: ", result.status().message()));
+      return absl::UnavailableError(absl::StrCat("worker group failed: ", result.status().message()));
     }
-    return ToGrpc(result.status());
+    return result.status();
   }
   resp->set_id(result->id);
   for (const auto& rows : result->rows) {
@@ -91,16 +95,16 @@ grpc::Status LeaderService::RunStep(grpc::ServerContext* ctx, const k3::v1::Step
   const auto replied = std::chrono::steady_clock::now();
   resp->set_step_ms(std::chrono::duration<double, std::milli>(replied - t0).count());
   // The leader's side of a step's latency (SPDLOG_LEVEL=debug): the group's step (broadcast,
-  // forward, gather, merge) and this handler's own work around it (auth, lock, decoding the
-  // request, building the reply); the coordinator logs the RPC's wall time for the same id.
+  // forward, gather, merge) and this handler's own work around it (lock, decoding the request,
+  // building the reply); the coordinator logs the call's wall time for the same id.
   if (spdlog::should_log(spdlog::level::debug)) {
     auto us = [](std::chrono::steady_clock::duration d) {
       return std::chrono::duration<double, std::micro>(d).count();
     };
-    spdlog::debug("step {}: group {:.1f} us; handler {:.1f} us before, {:.1f} us after", req->id(), us(stepped - t0),
+    spdlog::debug("step {}: group {:.1f} us; handler {:.1f} us before, {:.1f} us after", req.id(), us(stepped - t0),
                   us(t0 - entered), us(replied - stepped));
   }
-  return grpc::Status::OK;
+  return absl::OkStatus();
 }
 
 void LeaderService::Track(const Step& step, bool ok) {
@@ -155,6 +159,7 @@ grpc::Status LeaderService::GetInfo(grpc::ServerContext* ctx, const k3::v1::Work
   resp->set_ranks(info_.ranks);
   resp->set_max_seqs(info_.max_seqs);
   resp->set_cache_tokens(info_.cache_tokens);
+  resp->set_step_port(info_.step_port);
   resp->set_page_size(info_.page_size);
   resp->set_vocab(info_.vocab);
   resp->set_context_length(info_.context_length);

@@ -23,6 +23,7 @@ struct LeaderInfo {
   std::string model_name, model_summary, plan;
   uint32_t ranks = 1, max_seqs = 0, page_size = 0, vocab = 0, context_length = 0;
   uint64_t cache_tokens = 0;
+  uint32_t step_port = 0;  // the step channel's port (--step-port), 0: none
 };
 
 class LeaderService final : public k3::v1::Worker::Service {
@@ -32,6 +33,9 @@ class LeaderService final : public k3::v1::Worker::Service {
 
   grpc::Status RunStep(grpc::ServerContext* ctx, const k3::v1::StepRequest* req,
                        k3::v1::StepResponse* resp) override;
+  // The step itself, once the caller is authenticated (RunStep, and the step channel:
+  // step_channel.h): one at a time through the group.
+  absl::Status Run(const k3::v1::StepRequest& req, k3::v1::StepResponse* resp);
   // A request with a session other than the last one seen frees the sequences left by the
   // previous coordinator first (see WorkerInfoRequest.session).
   grpc::Status GetInfo(grpc::ServerContext* ctx, const k3::v1::WorkerInfoRequest* req,

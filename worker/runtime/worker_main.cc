@@ -12,6 +12,10 @@
 //       [--coordinator-timeout S]       no call from a coordinator for S seconds (it died, or never
 //                                       came): the group shuts down cleanly, exit status 0;
 //                                       0 (the default) waits for one forever
+//       [--step-port P]                 also serve steps on the --serve host's port P over the step
+//                                       channel (worker/common/step_channel_protocol.h: plain TCP
+//                                       frames, bearer token in the hello; not with --tls-cert); the
+//                                       coordinator uses it when GetInfo advertises it
 //   mpirun -np 2 k3-worker --backend cuda --model m.gguf --prompt "1 2 3"   (one GPU per rank;
 //       built with K3_WITH_CUDA: CudaEngine in the same step protocol, NCCL inside the engine)
 //   mpirun -np 8 k3-worker --backend cuda --synth full [--synth-seed 1] [--synth-quant UD-IQ1_S]
@@ -58,6 +62,7 @@
 
 #include "worker/common/grpc_security.h"
 #include "worker/runtime/leader_service.h"
+#include "worker/runtime/step_channel.h"
 #endif
 
 namespace {
@@ -76,6 +81,7 @@ struct ServeOptions {
   std::string address;                           // empty: no --serve
   std::string token;                             // empty: no authentication
   std::string tls_cert, tls_key;                 // empty: plaintext
+  int step_port = 0;                             // the step channel's port on the --serve host; 0: none
   std::chrono::seconds coordinator_timeout{0};   // 0: wait for a coordinator forever
 };
 
@@ -95,8 +101,16 @@ absl::Status Serve(const ServeOptions& opt, k3::runtime::WorkerGroup& group, k3:
   info.cache_tokens = static_cast<uint64_t>(g.cache_tokens);
   info.vocab = static_cast<uint32_t>(c.vocab);
   info.context_length = static_cast<uint32_t>(c.context_length);
+  info.step_port = static_cast<uint32_t>(opt.step_port);
   K3_ASSIGN_OR_RETURN(auto credentials, k3::security::ServerCredentials(opt.tls_cert, opt.tls_key));
   k3::runtime::LeaderService service(group, engine, info, k3::security::BearerAuth(opt.token));
+  k3::runtime::StepChannelServer channel(service, k3::security::BearerAuth(opt.token));
+  if (opt.step_port > 0) {
+    const std::string host = address.substr(0, address.rfind(':'));
+    K3_RETURN_IF_ERROR(channel.Start(host, opt.step_port));
+    spdlog::info("step channel on {}:{} (plaintext frames; {})", host, opt.step_port,
+                 opt.token.empty() ? "no authentication" : "bearer token required");
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(address, credentials, &port);
@@ -128,6 +142,7 @@ absl::Status Serve(const ServeOptions& opt, k3::runtime::WorkerGroup& group, k3:
       break;
     }
   }
+  channel.Stop();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   if (service.broken()) return absl::UnavailableError("the worker group failed (see the log above)");
   return service.Shutdown();
@@ -288,6 +303,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   serve.tls_cert = args.Str("tls-cert");
   serve.tls_key = args.Str("tls-key");
   K3_ASSIGN_OR_RETURN(int64_t coordinator_timeout, args.Int("coordinator-timeout", 0));
+  K3_ASSIGN_OR_RETURN(int64_t step_port, args.Int("step-port", 0));
   serve.coordinator_timeout = std::chrono::seconds(coordinator_timeout);
   const std::string trace_dir = args.Str("trace-dir");
   const std::string backend = args.Str("backend", "cpu");
@@ -329,6 +345,12 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
                                 coordinator_timeout > 0)) {
     return absl::InvalidArgumentError("--auth-token-file, --tls-cert/--tls-key and --coordinator-timeout go with --serve");
   }
+  if (step_port < 0 || step_port > 65535 || (step_port > 0 && (serve.address.empty() || !serve.tls_cert.empty()))) {
+    return absl::InvalidArgumentError(
+        "--step-port wants a port in 1..65535, --serve, and no --tls-cert (the step channel is plaintext)");
+  }
+  serve.step_port = static_cast<int>(step_port);
+
 #ifdef K3_HAVE_GRPC
   // The leader's secrets, read (and the TLS files checked) before the model loads: a bad file
   // is an error now, not after minutes of loading. Only rank 0 serves, so only it reads them.
