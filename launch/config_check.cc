@@ -152,6 +152,9 @@ class Checker {
     if (g.tls_cert.empty() != g.tls_key.empty()) {
       diag_.Error(g.where.At(g.tls_cert.empty() ? "tls_key" : "tls_cert"), key("tls_cert"), "TLS wants both tls_cert and tls_key");
     }
+    if (g.step_port > 0 && !g.tls_cert.empty()) {
+      diag_.Error(g.where.At("step_port"), key("step_port"), "the step channel is plaintext: not with tls_cert");
+    }
     // The coordinator must be able to talk to the leader it starts.
     const CoordinatorSpec& co = c_.coordinator;
     if (!g.auth_token_file.empty() && co.worker_token_file.empty()) {

@@ -156,10 +156,32 @@ class Parser {
 
   void Group(const YAML::Node& node, const std::string& name, WorkerGroupSpec& g) {
     MapReader r(node, name, diag_,
-                {"name", "backend", "hosts", "hostfile", "ranks_per_host", "gpus_per_host", "gpus", "numa_nodes",
-                 "bind_to", "map_by", "tensor_parallel", "expert_groups", "listen", "address", "max_seqs",
-                 "cache_tokens", "timeout_ms", "gpu_memory_gib", "env", "mpirun_args", "worker_args",
-                 "auth_token_file", "tls_cert", "tls_key", "coordinator_timeout_s"},
+                {"name",
+                 "backend",
+                 "hosts",
+                 "hostfile",
+                 "ranks_per_host",
+                 "gpus_per_host",
+                 "gpus",
+                 "numa_nodes",
+                 "bind_to",
+                 "map_by",
+                 "tensor_parallel",
+                 "expert_groups",
+                 "listen",
+                 "address",
+                 "max_seqs",
+                 "cache_tokens",
+                 "timeout_ms",
+                 "gpu_memory_gib",
+                 "env",
+                 "mpirun_args",
+                 "worker_args",
+                 "auth_token_file",
+                 "tls_cert",
+                 "tls_key",
+                 "coordinator_timeout_s",
+                 "step_port"},
                 &g.where);
     if (!r.valid()) return;
     r.Require("name");
@@ -232,6 +254,7 @@ class Parser {
     if (auto v = r.Str("tls_cert")) g.tls_cert = Resolve(base_, *v);
     if (auto v = r.Str("tls_key")) g.tls_key = Resolve(base_, *v);
     if (auto v = r.Int("coordinator_timeout_s", 0, kMaxInt)) g.coordinator_timeout_s = *v;
+    if (auto v = r.Int("step_port", 0, 65535)) g.step_port = static_cast<int>(*v);
   }
 
   void Coordinator(const YAML::Node& node, CoordinatorSpec& c) {

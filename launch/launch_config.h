@@ -79,6 +79,7 @@ struct WorkerGroupSpec {
   // --tls-cert/--tls-key, --coordinator-timeout (seconds; 0: wait for a coordinator forever).
   std::string auth_token_file, tls_cert, tls_key;
   int64_t coordinator_timeout_s = 0;
+  int step_port = 0;  // k3-worker --step-port: steps over the step channel; 0: gRPC steps
   KeyLocs where;
 
   int ranks() const { return static_cast<int>(hosts.size()) * ranks_per_host; }

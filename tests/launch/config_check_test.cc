@@ -235,6 +235,15 @@ TEST(LaunchConfigCheck, AccessControlMustMatch) {
   EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
                                           "    listen: 0.0.0.0:50061\n    coordinator_timeout_s: -1\n")),
                        11, {"worker_groups[0].coordinator_timeout_s", "wants an integer in [0,"}));
+  // The step channel is plaintext: not beside a leader's TLS.
+  EXPECT_TRUE(HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
+                                          "    listen: 0.0.0.0:50061\n    step_port: 50062\n"
+                                          "    tls_cert: w.pem\n    tls_key: w.key\n") +
+                                     "  worker_tls_ca: w.pem\n"),
+                       11, {"worker_groups[0].step_port", "plaintext"}));
+  EXPECT_TRUE(
+      HasError(ParseAndCheck(With("    listen: 0.0.0.0:50061\n", "    listen: 0.0.0.0:50061\n    step_port: 70000\n")),
+               11, {"worker_groups[0].step_port", "wants an integer in [0,"}));
   EXPECT_TRUE(ParseAndCheck(With("    listen: 0.0.0.0:50061\n",
                                  "    listen: 0.0.0.0:50061\n    auth_token_file: w.token\n    tls_cert: w.pem\n"
                                  "    tls_key: w.key\n") +
