@@ -200,6 +200,10 @@ TEST_F(LeaderServiceTest, StepChannelHelloWantsTheToken) {
   net::FrameSocket s;
   EXPECT_EQ(Hello(s, step_port_, ""), "unauthenticated");
   EXPECT_EQ(Hello(s, step_port_, "not-the-token-0123456789"), "unauthenticated");
+  // Before the token is checked only a small frame is read: a large one ends the connection.
+  const std::string big = Hello(s, step_port_, std::string(5000, 'x'));
+  EXPECT_NE(big, net::kStepHelloOk);
+  EXPECT_NE(big, "unauthenticated") << "a large hello must not even be read";
   EXPECT_EQ(Hello(s, step_port_, kToken), net::kStepHelloOk);
 }
 

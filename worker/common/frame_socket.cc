@@ -145,7 +145,8 @@ absl::Status FrameSocket::ReadExactly(char* buf, size_t n, Clock::time_point spi
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> FrameSocket::Read(std::chrono::microseconds spin, Clock::time_point deadline) {
+absl::StatusOr<std::string> FrameSocket::Read(std::chrono::microseconds spin, Clock::time_point deadline,
+                                              uint32_t max_bytes) {
   if (fd_ < 0) return absl::UnavailableError("not connected");
   const Clock::time_point spin_until = Clock::now() + spin;
   unsigned char head[4];
@@ -155,7 +156,7 @@ absl::StatusOr<std::string> FrameSocket::Read(std::chrono::microseconds spin, Cl
   const Clock::time_point rest = std::max(deadline, Clock::now() + std::chrono::seconds(60));
   if (absl::Status s = ReadExactly(reinterpret_cast<char*>(head) + 1, 3, spin_until, rest); !s.ok()) return s;
   const uint32_t n = head[0] | (head[1] << 8) | (head[2] << 16) | (static_cast<uint32_t>(head[3]) << 24);
-  if (n > kMaxFrameBytes) return absl::DataLossError(absl::StrCat("frame of ", n, " bytes"));
+  if (n > max_bytes) return absl::DataLossError(absl::StrCat("frame of ", n, " bytes (at most ", max_bytes, ")"));
   std::string out(n, '\0');
   if (absl::Status s = ReadExactly(out.data(), n, spin_until, rest); !s.ok()) return s;
   return out;

@@ -37,8 +37,9 @@ class FrameSocket {
   absl::Status Write(std::string_view bytes);
   // The next frame: spins for `spin`, then blocks until `deadline` for its first byte
   // (DeadlineExceeded after it, nothing consumed; the rest of a begun frame gets up to a minute);
-  // Unavailable when the peer closed; DataLoss for a frame over kMaxFrameBytes.
-  absl::StatusOr<std::string> Read(std::chrono::microseconds spin, std::chrono::steady_clock::time_point deadline);
+  // Unavailable when the peer closed; DataLoss for a frame over `max_bytes` (nothing allocated).
+  absl::StatusOr<std::string> Read(std::chrono::microseconds spin, std::chrono::steady_clock::time_point deadline,
+                                   uint32_t max_bytes = kMaxFrameBytes);
 
  private:
   // Fills buf[0, n) from the socket (the same spin-then-poll wait).

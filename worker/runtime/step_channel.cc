@@ -7,6 +7,7 @@ namespace k3::runtime {
 
 using Clock = std::chrono::steady_clock;
 constexpr std::chrono::milliseconds kTick{200};  // how often a blocked wait looks at stop_
+constexpr uint32_t kMaxHelloBytes = 4096;
 
 absl::Status StepChannelServer::Start(const std::string& host, int port) {
   auto l = net::FrameListener::Listen(host, port);
@@ -34,7 +35,10 @@ void StepChannelServer::Loop() {
 }
 
 void StepChannelServer::Serve(net::FrameSocket& conn) {
-  absl::StatusOr<std::string> hello = conn.Read(std::chrono::microseconds(0), Clock::now() + std::chrono::seconds(5));
+  // Before the token is checked: a small frame, soon (a stranger neither allocates much nor holds
+  // the channel for long).
+  absl::StatusOr<std::string> hello =
+      conn.Read(std::chrono::microseconds(0), Clock::now() + std::chrono::seconds(5), kMaxHelloBytes);
   if (!hello.ok()) return;
   const std::string_view h(*hello);
   if (h.substr(0, net::kStepHello.size()) != net::kStepHello || !auth_.Accepts(h.substr(net::kStepHello.size()))) {
