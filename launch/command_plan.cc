@@ -58,6 +58,7 @@ std::vector<std::string> WorkerArgs(const LaunchConfig& c, const WorkerGroupSpec
   if (!g.tls_cert.empty()) v.insert(v.end(), {"--tls-cert", g.tls_cert, "--tls-key", g.tls_key});
   if (g.coordinator_timeout_s > 0) v.insert(v.end(), {"--coordinator-timeout", absl::StrCat(g.coordinator_timeout_s)});
   if (g.step_port > 0) v.insert(v.end(), {"--step-port", absl::StrCat(g.step_port)});
+  if (g.prefill_chunk > 0) v.insert(v.end(), {"--prefill-chunk", absl::StrCat(g.prefill_chunk)});
   v.insert(v.end(), g.worker_args.begin(), g.worker_args.end());
   return v;
 }

@@ -119,7 +119,7 @@ class Checker {
                     absl::StrCat("fills each rank's weights on its GPU: worker group '", g.name,
                                  "' is backend: cpu (give the model a file: drop in_memory)"));
       }
-      for (const char* k : {"gpus", "gpus_per_host", "gpu_memory_gib"}) {
+      for (const char* k : {"gpus", "gpus_per_host", "gpu_memory_gib", "prefill_chunk"}) {
         if (g.where.keys.contains(k)) diag_.Error(g.where.At(k), key(k), "is for backend: cuda (this group is cpu)");
       }
     }

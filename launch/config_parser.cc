@@ -181,7 +181,8 @@ class Parser {
                  "tls_cert",
                  "tls_key",
                  "coordinator_timeout_s",
-                 "step_port"},
+                 "step_port",
+                 "prefill_chunk"},
                 &g.where);
     if (!r.valid()) return;
     r.Require("name");
@@ -255,6 +256,7 @@ class Parser {
     if (auto v = r.Str("tls_key")) g.tls_key = Resolve(base_, *v);
     if (auto v = r.Int("coordinator_timeout_s", 0, kMaxInt)) g.coordinator_timeout_s = *v;
     if (auto v = r.Int("step_port", 0, 65535)) g.step_port = static_cast<int>(*v);
+    if (auto v = r.Int("prefill_chunk", 1, 1 << 20)) g.prefill_chunk = *v;
   }
 
   void Coordinator(const YAML::Node& node, CoordinatorSpec& c) {

@@ -51,6 +51,9 @@ struct ModelSpec {
 
 enum class Backend { kCpu, kCuda };
 
+// k3-worker's own prefill chunk (CudaEngineOptions::prefill_chunk) when a group names none.
+inline constexpr int64_t kWorkerPrefillChunk = 512;
+
 struct WorkerGroupSpec {
   std::string name;
   Backend backend = Backend::kCpu;
@@ -80,6 +83,9 @@ struct WorkerGroupSpec {
   std::string auth_token_file, tls_cert, tls_key;
   int64_t coordinator_timeout_s = 0;
   int step_port = 0;  // k3-worker --step-port: steps over the step channel; 0: gRPC steps
+  // cuda groups: k3-worker --prefill-chunk, prompt tokens per prefill forward (its working buffers,
+  // and the fit check's); 0: the worker's default, kWorkerPrefillChunk.
+  int64_t prefill_chunk = 0;
   KeyLocs where;
 
   int ranks() const { return static_cast<int>(hosts.size()) * ranks_per_host; }

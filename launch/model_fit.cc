@@ -59,7 +59,8 @@ model::FitRequest FitRequestFor(const WorkerGroupSpec& g, const model::K3Config&
   // The worker's cache: cache_tokens over all sequences, by default max_seqs full contexts.
   const int64_t per_seq_default = std::min<int64_t>(c.context_length, int64_t{1} << 20);
   r.context = g.cache_tokens > 0 ? (g.cache_tokens + g.max_seqs - 1) / g.max_seqs : std::max<int64_t>(1, per_seq_default);
-  r.prefill_chunk = co.prefill_chunk;
+  // The worker's forwards are its own --prefill-chunk (the coordinator's steps are split into them).
+  r.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : kWorkerPrefillChunk;
   if (g.gpu_memory_gib > 0) r.device_bytes = static_cast<uint64_t>(g.gpu_memory_gib * static_cast<double>(model::kGiB));
   return r;
 }

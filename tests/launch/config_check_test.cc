@@ -113,6 +113,13 @@ TEST(LaunchConfigCheck, CpuGroupsTakeNoGpus) {
   EXPECT_TRUE(HasError(ParseAndCheck(With("backend: cuda", "backend: cpu")), 9,
                        {"worker_groups[0].gpus", "is for backend: cuda (this group is cpu)"}));
   EXPECT_TRUE(HasError(ParseAndCheck(With("backend: cuda", "backend: cpu")), 8, {"worker_groups[0].gpus_per_host"}));
+  // k3-worker --prefill-chunk is the CUDA engine's: a cuda group takes it, a cpu group is refused.
+  const std::string chunked =
+      With("    listen: 0.0.0.0:50061\n", "    listen: 0.0.0.0:50061\n    prefill_chunk: 8192\n");
+  EXPECT_TRUE(ParseAndCheck(chunked).ok()) << ParseAndCheck(chunked);
+  std::string cpu = chunked;
+  cpu.replace(cpu.find("backend: cuda"), std::string("backend: cuda").size(), "backend: cpu");
+  EXPECT_TRUE(HasError(ParseAndCheck(cpu), 11, {"worker_groups[0].prefill_chunk", "is for backend: cuda"}));
 }
 
 TEST(LaunchConfigCheck, NumaBinding) {

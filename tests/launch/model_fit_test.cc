@@ -128,13 +128,16 @@ TEST(LaunchModelFit, RequestFromTheGroup) {
   g.ranks_per_host = 8;
   g.max_seqs = 3;
   CoordinatorSpec co;
-  co.prefill_chunk = 128;
+  co.prefill_chunk = 128;  // the coordinator's steps: not what sizes the worker's buffers
   model::FitRequest r = FitRequestFor(g, c, co);
   EXPECT_EQ(r.plan.ranks, 16);
   EXPECT_EQ(r.plan.expert_groups, 16);
   EXPECT_EQ(r.n_seqs, 3);
   EXPECT_EQ(r.context, std::min<int64_t>(c.context_length, 1 << 20));  // the worker's default cache
-  EXPECT_EQ(r.prefill_chunk, 128);
+  EXPECT_EQ(r.prefill_chunk, kWorkerPrefillChunk);
+  g.prefill_chunk = 8192;
+  EXPECT_EQ(FitRequestFor(g, c, co).prefill_chunk, 8192);
+  g.prefill_chunk = 0;
   EXPECT_EQ(r.device_bytes, model::kH200Bytes);
   g.cache_tokens = 1000;
   g.expert_groups = 4;
