@@ -26,6 +26,7 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/mma_ptx.cuh"
 #include "kernels/cuda/quant_gemv/decode.cuh"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_gemv/gemv_impl.cuh"  // StageTables, MakeLayout, CpAsync16, TableBytes
@@ -114,37 +115,20 @@ constexpr int SmemBytes(int table_bytes, bool split) {
          Pipe<F, BN>::kXStages * (split ? 2 : 1) * BN * kLd * 2;
 }
 
-// ---- PTX helpers ---------------------------------------------------------------------------------
+// ---- PTX helpers (the shared ones: kernels/cuda/mma_ptx.cuh) -----------------------------------
 
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
+using ptx::CpAsyncCommit;
+using ptx::CpAsyncWait;
+using ptx::Mma16816;
+using ptx::PackHalf2;
+using ptx::SmemAddr;
 
+// ldmatrix x4 from a generic pointer into shared memory (no memory clobber: the tile loops order
+// their shared-memory traffic with barriers and cp.async waits).
 __device__ __forceinline__ void LdMatrixX4(uint32_t (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(SmemAddr(p)));
-}
-
-// c += a · b, m16n8k16, f16 inputs, f32 accumulators.
-__device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);  // lo in the low 16 bits
-  return *reinterpret_cast<const uint32_t*>(&h);
 }
 
 // ---- decoding one run of 8 weights to f16 ------------------------------------------------------
