@@ -14,6 +14,7 @@
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/quant/half.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/mla_test_pool.h"
 
 namespace k3::cuda::testing {
 namespace {
@@ -39,40 +40,20 @@ void RunMla(const MlaCase& c, uint64_t seed) {
     total_pages += (len + ps - 1) / ps;
   }
   const int64_t pool_pages = total_pages + 3;
-  // values as the kernel will see them (f16-rounded for an f16 cache)
-  std::vector<float> pool = Normal(rng, pool_pages * page_stride, 0.0, 1.0);
-  std::vector<uint16_t> pool16;
-  if (c.type == MlaCacheType::kF16) {
-    pool16.resize(pool.size());
-    for (size_t i = 0; i < pool.size(); ++i) {
-      pool16[i] = quant::F32ToF16(pool[i]);
-      pool[i] = quant::F16ToF32(pool16[i]);
-    }
-  }
-  std::vector<int32_t> perm(pool_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  MlaTestPool pool;
+  FillMlaTestPool(rng, pool_pages, page_stride, c.type, &pool);
   const int64_t bt_stride = max_pages + 1;
   std::vector<int32_t> table(n_seqs * bt_stride, -1), lens32(n_seqs);
   int64_t next = 0;
   for (int64_t s = 0; s < n_seqs; ++s) {
     lens32[s] = static_cast<int32_t>(c.lens[s]);
-    for (int64_t pg = 0; pg < (c.lens[s] + ps - 1) / ps; ++pg) table[s * bt_stride + pg] = perm[next++];
+    for (int64_t pg = 0; pg < (c.lens[s] + ps - 1) / ps; ++pg) table[s * bt_stride + pg] = pool.order[next++];
   }
   const int64_t q_stride = c.n_heads * RW + 4, out_stride = c.n_heads * VW + 8;
   const auto q = Normal(rng, n_seqs * q_stride, 0.0, 1.0);
   const int64_t max_len = *std::max_element(c.lens.begin(), c.lens.end());
   const int splits = c.n_splits > 0 ? c.n_splits : MlaDecodeSplits(n_seqs, c.n_heads, max_len);
 
-  DeviceBuffer<float> d_pool32;
-  DeviceBuffer<uint16_t> d_pool16;
-  if (c.type == MlaCacheType::kF16) {
-    d_pool16.Resize(pool16.size());
-    d_pool16.Upload(pool16);
-  } else {
-    d_pool32.Resize(pool.size());
-    d_pool32.Upload(pool);
-  }
   DeviceBuffer<int32_t> d_table(table), d_lens(lens32);
   DeviceBuffer<float> d_q(q), d_out(n_seqs * out_stride), d_ws(MlaDecodeWorkspaceFloats(n_seqs, c.n_heads, VW, splits));
   d_out.Poison();
@@ -80,7 +61,7 @@ void RunMla(const MlaCase& c, uint64_t seed) {
   MlaDecodeParams p;
   p.q = d_q.get();
   p.q_seq_stride = q_stride;
-  p.cache = c.type == MlaCacheType::kF16 ? static_cast<const void*>(d_pool16.get()) : d_pool32.get();
+  p.cache = pool.device(c.type);
   p.cache_type = c.type;
   p.page_stride = page_stride;
   p.row_stride = row_stride;
@@ -103,7 +84,8 @@ void RunMla(const MlaCase& c, uint64_t seed) {
   std::vector<float> got, ref;
   for (int64_t s = 0; s < n_seqs; ++s) {
     std::vector<const float*> pages;
-    for (int64_t pg = 0; pg < (c.lens[s] + ps - 1) / ps; ++pg) pages.push_back(pool.data() + table[s * bt_stride + pg] * page_stride);
+    for (int64_t pg = 0; pg < (c.lens[s] + ps - 1) / ps; ++pg)
+      pages.push_back(pool.values.data() + table[s * bt_stride + pg] * page_stride);
     std::vector<float> o(c.n_heads * VW);
     cpu::MlaAttention({&q[s * q_stride], pages.data(), ps, row_stride, c.lens[s], RW, VW, c.n_heads, p.scale, o.data()});
     ref.insert(ref.end(), o.begin(), o.end());

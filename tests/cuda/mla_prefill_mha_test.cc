@@ -25,6 +25,7 @@
 #include "kernels/quant/half.h"
 #include "kernels/quant/quantize_q8_0.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/mla_test_pool.h"
 
 namespace k3::cuda::testing {
 namespace {
@@ -96,20 +97,10 @@ void RunMha(const MhaCase& c, uint64_t seed) {
   const int64_t kv_len = c.pos + c.run;
   const int64_t row_stride = RW + 8, page_stride = ps * row_stride + 64;
   const int64_t n_pages = (kv_len + ps - 1) / ps, pool_pages = n_pages + 3;
-  std::vector<float> pool = Normal(rng, pool_pages * page_stride, 0.0, 1.0);
-  std::vector<uint16_t> pool16;
-  if (c.cache_type == MlaCacheType::kF16) {
-    pool16.resize(pool.size());
-    for (size_t i = 0; i < pool.size(); ++i) {
-      pool16[i] = quant::F32ToF16(pool[i]);
-      pool[i] = quant::F16ToF32(pool16[i]);
-    }
-  }
-  std::vector<int32_t> perm(pool_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  MlaTestPool pool;
+  FillMlaTestPool(rng, pool_pages, page_stride, c.cache_type, &pool);
   std::vector<int32_t> table(n_pages + 2, -1);  // -1 beyond the sequence's pages
-  for (int64_t pg = 0; pg < n_pages; ++pg) table[pg] = perm[pg];
+  for (int64_t pg = 0; pg < n_pages; ++pg) table[pg] = pool.order[pg];
   std::vector<int32_t> lens(c.run);
   for (int64_t i = 0; i < c.run; ++i) lens[i] = static_cast<int32_t>(c.pos + i + 1);
   const int64_t q_stride = nh * QK + 4, out_stride = nh * kVal + 8;
@@ -119,15 +110,6 @@ void RunMha(const MhaCase& c, uint64_t seed) {
   const auto kb_bytes = RandomStack(rng, c.weight_type, nh, kLat, kNope, c.head_pad, &kb_head, &kb);
   const auto vb_bytes = RandomStack(rng, c.weight_type, nh, kVal, kLat, c.head_pad, &vb_head, &vb);
 
-  DeviceBuffer<float> d_pool32;
-  DeviceBuffer<uint16_t> d_pool16;
-  if (c.cache_type == MlaCacheType::kF16) {
-    d_pool16.Resize(pool16.size());
-    d_pool16.Upload(pool16);
-  } else {
-    d_pool32.Resize(pool.size());
-    d_pool32.Upload(pool);
-  }
   DeviceBuffer<int32_t> d_table(table), d_lens(lens);
   DeviceBuffer<float> d_q(q), d_out(c.run * out_stride);
   DeviceBuffer<uint8_t> d_kb(kb_bytes), d_vb(vb_bytes);
@@ -141,7 +123,7 @@ void RunMha(const MhaCase& c, uint64_t seed) {
   MlaPrefillMhaParams p;
   p.q = d_q.get();
   p.q_row_stride = q_stride;
-  p.cache = c.cache_type == MlaCacheType::kF16 ? static_cast<const void*>(d_pool16.get()) : d_pool32.get();
+  p.cache = pool.device(c.cache_type);
   p.cache_type = c.cache_type;
   p.page_stride = page_stride;
   p.row_stride = row_stride;
@@ -168,7 +150,7 @@ void RunMha(const MhaCase& c, uint64_t seed) {
   double worst = 0.0;
   int64_t worst_row = -1, worst_head = -1, checked = 0, bad_padding = 0, not_finite = 0;
   std::vector<const float*> pages(n_pages);
-  for (int64_t pg = 0; pg < n_pages; ++pg) pages[pg] = pool.data() + table[pg] * page_stride;
+  for (int64_t pg = 0; pg < n_pages; ++pg) pages[pg] = pool.values.data() + table[pg] * page_stride;
   std::vector<float> qabs(nh * RW), lat(nh * kLat);
   for (int64_t i = 0; i < c.run; ++i) {
     const float* got = out.data() + i * out_stride;

@@ -18,6 +18,7 @@
 #include "kernels/cuda/mla/mla_prefill.h"
 #include "kernels/quant/half.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/mla_test_pool.h"
 
 namespace k3::cuda::testing {
 namespace {
@@ -51,35 +52,16 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
   const int64_t len_max = c.pos + c.run, bucket = Bucket(len_max);
   const int64_t row_stride = RW + 8, page_stride = ps * row_stride + 64;
   const int64_t n_pages = (len_max + ps - 1) / ps, pool_pages = n_pages + 3;
-  std::vector<float> pool = Normal(rng, pool_pages * page_stride, 0.0, 1.0);
-  std::vector<uint16_t> pool16;
-  if (c.type == MlaCacheType::kF16) {  // the values as the kernel sees them
-    pool16.resize(pool.size());
-    for (size_t i = 0; i < pool.size(); ++i) {
-      pool16[i] = quant::F32ToF16(pool[i]);
-      pool[i] = quant::F16ToF32(pool16[i]);
-    }
-  }
-  std::vector<int32_t> perm(pool_pages);
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), rng);
+  MlaTestPool pool;
+  FillMlaTestPool(rng, pool_pages, page_stride, c.type, &pool);
   std::vector<int32_t> table((bucket + ps - 1) / ps + 1, -1);  // -1 beyond the sequence's pages
-  for (int64_t pg = 0; pg < n_pages; ++pg) table[pg] = perm[pg];
+  for (int64_t pg = 0; pg < n_pages; ++pg) table[pg] = pool.order[pg];
   std::vector<int32_t> lens(c.run);
   for (int64_t i = 0; i < c.run; ++i) lens[i] = static_cast<int32_t>(c.pos + i + 1);
   const int64_t q_stride = nh * RW + 4, out_stride = nh * VW + 8;
   const auto q = Normal(rng, c.run * q_stride, 0.0, 1.0);
   const int splits = c.n_splits > 0 ? c.n_splits : MlaPrefillSplits(c.run, nh, bucket);
 
-  DeviceBuffer<float> d_pool32;
-  DeviceBuffer<uint16_t> d_pool16;
-  if (c.type == MlaCacheType::kF16) {
-    d_pool16.Resize(pool16.size());
-    d_pool16.Upload(pool16);
-  } else {
-    d_pool32.Resize(pool.size());
-    d_pool32.Upload(pool);
-  }
   DeviceBuffer<int32_t> d_table(table), d_lens(lens);
   DeviceBuffer<float> d_q(q), d_out(c.run * out_stride);
   const int64_t ws_bytes = MlaPrefillWorkspaceBytes(c.type, bucket, c.run, nh, RW, VW, splits);
@@ -89,7 +71,7 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
   MlaPrefillParams p;
   p.q = d_q.get();
   p.q_row_stride = q_stride;
-  p.cache = c.type == MlaCacheType::kF16 ? static_cast<const void*>(d_pool16.get()) : d_pool32.get();
+  p.cache = pool.device(c.type);
   p.cache_type = c.type;
   p.page_stride = page_stride;
   p.row_stride = row_stride;
@@ -131,7 +113,7 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
   double worst = 0.0;
   int64_t worst_row = -1, worst_head = -1, checked = 0, bad_padding = 0, not_finite = 0;
   std::vector<const float*> pages(n_pages);
-  for (int64_t pg = 0; pg < n_pages; ++pg) pages[pg] = pool.data() + table[pg] * page_stride;
+  for (int64_t pg = 0; pg < n_pages; ++pg) pages[pg] = pool.values.data() + table[pg] * page_stride;
   std::vector<float> ref(nh * VW);
   for (int64_t i = 0; i < c.run; ++i) {
     const float* got = out.data() + i * out_stride;
