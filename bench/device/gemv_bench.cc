@@ -43,6 +43,7 @@ struct Case {
   int64_t rows, cols, tokens, n_mats, n_pool;
   bool shared_x;
   bool int8_x = false;  // IQ1_S: x rounded to int8 (QuantGemvParams::int8_x)
+  bool row_lanes = true;  // int8_x: the lane-per-row kernel (QuantGemvParams::iq1s_row_lanes)
 };
 
 // Random bytes with sane f16 scales at the block starts that hold them (decoded values finite).
@@ -141,6 +142,7 @@ void RunCase(const Case& c, FILE* csv) {
   p.y_mat_stride = c.tokens * c.rows;
   p.n_tokens = c.tokens;
   p.int8_x = c.int8_x;
+  p.iq1s_row_lanes = c.row_lanes;
   auto launch = [&](int i) {
     p.weight = w[i % copies];
     p.mat_ids = c.n_mats > 1 || c.n_pool > 1 ? ids + (i % id_sets) * c.n_mats : nullptr;
@@ -425,6 +427,8 @@ int main(int argc, char** argv) {
         {"expert gate x256 (batch 16)", GgmlType::kIQ1_S, 3072, 3584, 1, 256, 896, false},
         {"expert int8x gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true, true},
         {"expert int8x down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false, true},
+        {"expert int8x-sub gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true, true, false},
+        {"expert int8x-sub down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false, true, false},
         {"expert int8x gate x16, 4 tok", GgmlType::kIQ1_S, 3072, 3584, 4, 16, 896, false, true},
         {"expert int8x gate x256 (batch 16)", GgmlType::kIQ1_S, 3072, 3584, 1, 256, 896, false, true},
         {"generic 7168->12288", GgmlType::kIQ2_XS, 12288, 7168, 1, 1, 1, true},

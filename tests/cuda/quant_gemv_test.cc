@@ -34,6 +34,7 @@ struct Case {
   int64_t n_pool = 1;   // distinct matrices in memory (slots pick through mat_ids when > 1)
   bool shared_x = true; // every slot reads the same x
   bool int8_x = false;  // IQ1_S: x rounded to int8 per 32 columns (QuantGemvParams::int8_x)
+  bool row_lanes = true;  // int8_x: the lane-per-row kernel where it applies (QuantGemvParams::iq1s_row_lanes)
 };
 
 // The int8-activation IQ1_S product of one row and one token, in double (the kernel's function):
@@ -112,6 +113,7 @@ void RunCase(const Case& c, uint64_t seed) {
   p.y_mat_stride = c.n_tokens * y_stride;
   p.n_tokens = c.n_tokens;
   p.int8_x = c.int8_x;
+  p.iq1s_row_lanes = c.row_lanes;
   K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
   const std::vector<float> y = d_y.Download();
 
@@ -231,6 +233,29 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_Int8X) {
   c = {GgmlType::kIQ1_S, 256, 256, 1, 4, 32, true};  // the golden model's expert shape
   c.int8_x = true;
   RunCase(c, 52);
+  // the lane-per-row kernel's edges: 13 blocks per row (odd: a lane's block starts 2 bytes into a
+  // word on every other row), a last tile of 33 rows, one of 1 row (14 blocks, its widest rows),
+  // tiles of one launch spread over 40 matrices (each block's range crosses matrices: x re-read),
+  // and rows of 16 blocks (wider than it takes: the sub-block kernel)
+  c = {GgmlType::kIQ1_S, 97, 3328, 1, 6, 9, false};
+  c.int8_x = true;
+  RunCase(c, 53);
+  c = {GgmlType::kIQ1_S, 129, 3584, 2, 3, 4, false};
+  c.int8_x = true;
+  RunCase(c, 54);
+  c = {GgmlType::kIQ1_S, 64, 3584, 1, 40, 48, false};
+  c.int8_x = true;
+  RunCase(c, 55);
+  c = {GgmlType::kIQ1_S, 65, 4096, 2, 3, 4, false};
+  c.int8_x = true;
+  RunCase(c, 56);
+  // the sub-block kernel's int8 path, which the lane-per-row kernel replaced for these shapes
+  for (int64_t tokens : {1, 3}) {
+    c = {GgmlType::kIQ1_S, 3072, 3584, tokens, 16, 24, tokens == 1};
+    c.int8_x = true;
+    c.row_lanes = false;
+    RunCase(c, 60 + tokens);
+  }
 
   std::mt19937_64 rng(91);
   const int64_t rows = 3072, cols = 3584;

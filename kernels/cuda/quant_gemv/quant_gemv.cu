@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/quant_gemv/gemv_impl.cuh"
+#include "kernels/cuda/quant_gemv/gemv_iq1s_rows.cuh"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_sub.cuh"
 
 namespace k3::cuda {
@@ -146,6 +147,16 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   a.y_mat_stride = p.y_mat_stride;
   const int smem = a.table_bytes + kWarps * 2 * kRows * a.region_bytes;  // two stages per warp
 
+  // IQ1_S with int8 x (the routed experts at decode): the lane-per-row kernel, a token at a time.
+  if (p.type == quant::GgmlType::kIQ1_S && p.int8_x && p.iq1s_row_lanes && Iq1sRowsApplies(a)) {
+    a.n_tokens = 1;
+    for (int64_t t = 0; t < p.n_tokens; ++t) {
+      a.x = p.x + t * p.x_stride;
+      a.y = p.y + t * p.y_stride;
+      K3_CUDA_CHECK(LaunchIq1sRows(a, stream));
+    }
+    return cudaSuccess;
+  }
   // IQ1_S at decode sizes (the routed experts): the sub-block kernel, passes of up to 8 tokens.
   if (p.type == quant::GgmlType::kIQ1_S && p.n_tokens <= kIq1sSubMaxTokens && p.cols <= kIq1sSubMaxCols) {
     a.n_tokens = static_cast<int32_t>(p.n_tokens);

@@ -40,6 +40,10 @@ struct QuantGemvParams {
   // ggml's q8 blocks) and the products in integer DP4A, Σx kept exact. ~4x fewer instructions per
   // weight; each x carries a rounding error of up to amax/254 (not the exact function any more).
   bool int8_x = false;
+  // With int8_x, one-token products of IQ1_S rows of up to 3584 weights take the lane-per-row
+  // kernel (gemv_iq1s_rows.cu; token by token when n_tokens > 1, so a token's output does not
+  // depend on the others); false keeps the sub-block kernel (the A/B switch of the benchmarks).
+  bool iq1s_row_lanes = true;
 };
 
 // True for every type with a GPU decoder (the same set as quant::CanDequantize).

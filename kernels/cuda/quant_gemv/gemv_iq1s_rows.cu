@@ -1,0 +1,355 @@
+// The IQ1_S GEMV of the routed experts at decode (one token per matrix, int8 activations): a lane
+// per output row (two rows: a 64-row tile), a warp per 256-weight block column, whole tiles staged
+// by cp.async, and the grid in shared memory in 8 copies spread over the banks.
+//
+// Why a second IQ1_S kernel: the sub-block kernel (gemv_iq1s_sub.cu: a lane per 32-weight column
+// of every row) is bound by the L1/shared-memory pipe, not by HBM (ncu, session 9: pipe 73% busy,
+// DRAM 15-17%, 35-37 us for 16 experts 3584 -> 3072 against an HBM floor of 7.9 us): per 32 weights
+// of a row a lane spends four random 8-byte grid lookups (~6 wavefronts each: 16 random addresses
+// per half-warp phase over 16 bank pairs) and four 2-byte global loads spread over four 50-byte
+// blocks, then a cross-lane reduction per row. Here:
+//   - the grid as 4-byte entries (8 biased nibbles g + 1), 8 copies: entry i of copy c is word
+//     8·i + c, so copy c lies in banks c, c + 8, c + 16, c + 24 and lane l reads copy l % 8: four
+//     lanes share 4 banks, ~3 wavefronts per lookup (16 copies in 128 KiB, 2 wavefronts, measured
+//     the same: 23.9 | 23.9 us against 24.2 | 23.5, and left no room for a third stage);
+//   - a lane per row: a tile's 64 rows (64·row_bytes contiguous bytes) land in shared memory by
+//     16-byte cp.async, two tiles in flight; a lane reads its row's 50-byte block as 13 aligned
+//     words (rows 700 bytes apart = 175 words, odd: the 32 lanes' words fall in 32 banks);
+//   - no cross-lane reduction: a lane sums its rows' 8 sub-blocks of the block, the warps'
+//     partials meet once per tile in shared memory; x (rounded to int8 once per matrix, the same
+//     256 values for every lane of a warp) is read from shared memory by broadcast, once per
+//     sub-block for both rows.
+// Per 8 weights: one PRMT (grid index), one IMAD (address), one LDS, two LOP3 (the two nibble
+// halves) and two IDP.4A; the SASS of a sub-block is ~53 instructions per row (ncu: ~69 per row and
+// sub-block with the loop, 11.9 M warp instructions for 16 experts).
+//
+// H200, 16 experts, one token, int8 x (k3_cuda_gemv_bench --only=int8x, stream / single launch):
+// gate 3584 -> 3072 24.2 / 31.1 us, down 3072 -> 3584 23.5 / 29.1 us, against the sub-block kernel's
+// 35.0 / 41.4 and 35.7 / 41.0 (HBM floor 7.9 us); 256 experts (batch 16) 290 us against 400.
+// What limits it now (ncu, gate): issue 44% (3.5 warps per scheduler: 14 warps of 128 registers per
+// SM), stalls on the two barriers' skew (13%), MIO (13%), the ALU pipe (9%, half of the
+// instructions are ALU at half rate), fixed-latency dependencies (10%); DRAM 29%.
+// Versions measured this session (gate, stream): a warp per block column and 32-row tiles with x
+// in 88 registers 31.0 us (14 warps; 64-bit divisions per tile); two warps per block column, x in
+// shared memory 27.2 (28 warps, 64 registers; ~94 instructions per row and sub-block); explicit LDS
+// addresses 25.4; this form (64-row tiles, the id and x of the next matrix a tile ahead) 23.9-24.2.
+//
+// Numerics: per (row, sub-block) exactly the sub-block kernel's int8 term
+// dl·(sx·Σ_j g_j·q_j + δ·Σx) (the same rounding of x, the same integers, dl and δ·Σx formed the
+// same way), accumulated per lane over the block's 8 sub-blocks in order (fmaf), then over the
+// blocks in order. The order depends on the shape only.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_ptx.cuh"
+#include "kernels/cuda/quant_gemv/gemv_iq1s_rows.cuh"
+
+namespace k3::cuda::qgemv {
+namespace {
+
+constexpr int kTileRows = 64;                          // two rows per lane: lane and lane + 32
+constexpr int kStages = 3;                             // tiles in shared memory: two in flight
+constexpr int kGridCopies = 8;                         // copy c in banks c, c + 8, c + 16, c + 24
+constexpr int kTabBytes = 2048 * kGridCopies * 4;      // 64 KiB
+constexpr int kEntryShift = 5;                         // bytes per entry (all copies): 4·kGridCopies
+static_assert(4 * kGridCopies == 1 << kEntryShift);
+constexpr int kMaxWarps = kIq1sRowsMaxCols / 256;      // a warp per block column
+constexpr int kBlockWords = 13;                        // aligned words covering a 50-byte block
+constexpr int kXWords = 12;                            // per sub-block: 8 words of int8 x, -Σq, sx, Σx/8, 0
+
+struct RowArgs {
+  const uint8_t* w;        // matrix 0; matrices 16-byte aligned
+  int64_t mat_stride;      // bytes
+  const int32_t* mat_ids;  // or nullptr
+  int32_t rows;            // rows per matrix
+  int32_t row_bytes;       // 50 * blocks per row
+  int32_t tiles_per_mat;   // ceil(rows / kTileRows)
+  int64_t n_tiles;         // matrices * tiles_per_mat (< 2^31)
+  int64_t n_mats;
+  int32_t nw;              // warps per block = blocks per row
+  int32_t stage_bytes;     // kTileRows * row_bytes (a multiple of 16)
+  const float* x;          // one token per matrix
+  int64_t x_mat_stride;
+  float* y;
+  int64_t y_mat_stride;
+};
+
+// A position in the launch's (matrix, 64-row tile) order.
+struct TileCursor {
+  int mat, row0;
+  __device__ __forceinline__ void Next(int rows) {
+    row0 += kTileRows;
+    if (row0 >= rows) row0 = 0, ++mat;
+  }
+};
+
+// A grid entry by shared address (LEA + LDS; as a plain array index the compiler merges the copy's
+// lane offset into the index and spends three instructions on the address). Not volatile: the
+// table is written once, before the first barrier, and never again.
+__device__ __forceinline__ uint32_t LdsGrid(uint32_t addr) {
+  uint32_t v;
+  asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(addr));
+  return v;
+}
+
+// The block's bytes from the 13 words loaded at its start rounded down to 4 (kShift = 0 or 2
+// bytes into word 0); `byte` is a constant after unrolling, so these fold to at most one shift.
+template <int kShift>
+__device__ __forceinline__ uint32_t BlockHalf(const uint32_t (&wd)[kBlockWords], int byte) {
+  const int p = byte + kShift;
+  return (p & 2) ? wd[p >> 2] >> 16 : wd[p >> 2] & 0xffffu;
+}
+template <int kShift>
+__device__ __forceinline__ uint32_t BlockWord(const uint32_t (&wd)[kBlockWords], int byte) {
+  const int p = byte + kShift;
+  return (p & 2) ? __funnelshift_r(wd[p >> 2], wd[(p >> 2) + 1], 16) : wd[p >> 2];
+}
+
+// x of one warp's 256 columns (8 sub-blocks) into xs (kXWords per sub-block), rounded to int8 as
+// QuantizeX32 rounds it: lane l rounds columns 8l .. 8l + 7 (group l % 4 of sub-block l / 4) with
+// its sub-block's amax (over 4 lanes); Σx in XSum32's order; Σq.
+__device__ __forceinline__ void LoadX8(const float* xb, int lane, float4& a, float4& b) {
+  a = __ldg(reinterpret_cast<const float4*>(xb + 8 * lane));
+  b = __ldg(reinterpret_cast<const float4*>(xb + 8 * lane + 4));
+}
+__device__ __forceinline__ void StoreXBlock(const float4& a, const float4& b, int lane, uint32_t* xs) {
+  const float f[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  float amax = 0.0f;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) amax = fmaxf(amax, fabsf(f[k]));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 1));
+  amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, 2));
+  const float g = ((f[0] + f[1]) + (f[2] + f[3])) + ((f[4] + f[5]) + (f[6] + f[7]));
+  const float g2 = g + __shfl_xor_sync(0xffffffffu, g, 1);       // (g0 + g1) or (g2 + g3)
+  const float xsum = g2 + __shfl_xor_sync(0xffffffffu, g2, 2);   // (g0 + g1) + (g2 + g3)
+  const float sx = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  uint32_t w[2] = {0, 0};
+  int qsum = 0;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    const int q = __float2int_rn(f[k] * inv);
+    qsum += q;
+    w[k >> 2] |= (static_cast<uint32_t>(q) & 0xffu) << (8 * (k & 3));
+  }
+  qsum += __shfl_xor_sync(0xffffffffu, qsum, 1);
+  qsum += __shfl_xor_sync(0xffffffffu, qsum, 2);
+  uint32_t* const dst = xs + (lane >> 2) * kXWords;
+  *reinterpret_cast<uint2*>(dst + 2 * (lane & 3)) = make_uint2(w[0], w[1]);
+  if ((lane & 3) == 0) {
+    *reinterpret_cast<uint4*>(dst + 8) =
+        make_uint4(static_cast<uint32_t>(-qsum), __float_as_uint(sx), __float_as_uint(xsum * 0.125f), 0u);
+  }
+  __syncwarp();
+}
+
+// One row's term of sub-block ib: dl·(sx·Σ_j g_j·q_j + δ·Σx) with x's words xa, xb, xc.
+template <int kShift>
+__device__ __forceinline__ float SubBlock(const uint32_t (&wd)[kBlockWords], int ib, uint32_t tab_lane, float d,
+                                          const uint4& xa, const uint4& xb, const uint4& xc, float acc) {
+  const uint32_t qs = BlockWord<kShift>(wd, 2 + 4 * ib);
+  const uint32_t qh = BlockHalf<kShift>(wd, 34 + 2 * ib);
+  // grid index of group l: qs byte l | 3 bits of qh << 8 (PRMT from a word whose bytes 2, 3 are 0)
+  const uint32_t h01 = (qh & 7u) | ((qh << 5) & 0x700u);
+  const uint32_t h23 = ((qh >> 6) & 7u) | ((qh >> 1) & 0x700u);
+  const uint32_t e0 = LdsGrid(tab_lane + (__byte_perm(qs, h01, 0x7640u) << kEntryShift));
+  const uint32_t e1 = LdsGrid(tab_lane + (__byte_perm(qs, h01, 0x7651u) << kEntryShift));
+  const uint32_t e2 = LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7642u) << kEntryShift));
+  const uint32_t e3 = LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7653u) << kEntryShift));
+  // low nibbles: values 0..3 of a group (g + 1); high nibbles: values 4..7, 16·(g + 1)
+  int lo = static_cast<int>(xc.x), hi = 0;
+  lo = __dp4a(static_cast<int>(e0 & 0x0f0f0f0fu), static_cast<int>(xa.x), lo);
+  hi = __dp4a(static_cast<int>(e0 & 0xf0f0f0f0u), static_cast<int>(xa.y), hi);
+  lo = __dp4a(static_cast<int>(e1 & 0x0f0f0f0fu), static_cast<int>(xa.z), lo);
+  hi = __dp4a(static_cast<int>(e1 & 0xf0f0f0f0u), static_cast<int>(xa.w), hi);
+  lo = __dp4a(static_cast<int>(e2 & 0x0f0f0f0fu), static_cast<int>(xb.x), lo);
+  hi = __dp4a(static_cast<int>(e2 & 0xf0f0f0f0u), static_cast<int>(xb.y), hi);
+  lo = __dp4a(static_cast<int>(e3 & 0x0f0f0f0fu), static_cast<int>(xb.z), lo);
+  hi = __dp4a(static_cast<int>(e3 & 0xf0f0f0f0u), static_cast<int>(xb.w), hi);
+  const int si = lo + (hi >> 4);  // Σ g·q, exact (hi is a multiple of 16)
+  const float dxs = __uint_as_float(xc.z ^ ((qh & 0x8000u) << 16));  // δ·Σx, δ = ±1/8
+  const float dl = d * static_cast<float>(static_cast<int>(((qh >> 11) & 0xeu) | 1u));  // d·(2·ls + 1)
+  return fmaf(dl, fmaf(__uint_as_float(xc.y), static_cast<float>(si), dxs), acc);
+}
+
+// Both rows of this lane over the block (8 sub-blocks in order), the x words of a sub-block read
+// once for the two rows.
+template <int kShift>
+__device__ __forceinline__ void RowPair(const uint32_t* src0, const uint32_t* src1, uint32_t tab_lane,
+                                        const uint32_t* xq, float& acc0, float& acc1) {
+  uint32_t w0[kBlockWords], w1[kBlockWords];
+#pragma unroll
+  for (int k = 0; k < kBlockWords; ++k) w0[k] = src0[k], w1[k] = src1[k];
+  const float d0 = HalfToFloat(BlockHalf<kShift>(w0, 0)), d1 = HalfToFloat(BlockHalf<kShift>(w1, 0));
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint4 xa = *reinterpret_cast<const uint4*>(xq + kXWords * ib);
+    const uint4 xb = *reinterpret_cast<const uint4*>(xq + kXWords * ib + 4);
+    const uint4 xc = *reinterpret_cast<const uint4*>(xq + kXWords * ib + 8);
+    a0 = SubBlock<kShift>(w0, ib, tab_lane, d0, xa, xb, xc, a0);
+    a1 = SubBlock<kShift>(w1, ib, tab_lane, d1, xa, xb, xc, a1);
+  }
+  acc0 = a0, acc1 = a1;
+}
+
+// Sums the warps' partials of one tile in warp order (warps 0 and 1: rows lane and lane + 32) into y.
+__device__ __forceinline__ void StoreTile(const RowArgs& a, const float* red, const TileCursor& t, int warp,
+                                          int lane) {
+  for (int part = warp; part < 2; part += a.nw) {  // one warp alone does both halves
+    const int r = 32 * part + lane;
+    float v = red[r];
+#pragma unroll 4
+    for (int w = 1; w < a.nw; ++w) v += red[w * kTileRows + r];
+    if (t.row0 + r < a.rows) a.y[t.mat * a.y_mat_stride + t.row0 + r] = v;
+  }
+}
+
+// Grid: one block per SM over a contiguous range of the launch's (matrix, 64-row tile) order; warp
+// c owns block column c of every row, lane l rows l and l + 32 of every tile. Tiles stream through
+// kStages shared-memory stages (one commit group each). The warps' partials of tile li go to
+// red[li & 1][warp][row], and after the next tile's barrier warps 0 and 1 sum them in warp order.
+// A warp re-rounds its 256 columns of x when the tile's matrix has another x (each warp reads only
+// what it wrote: no block barrier); the next matrix's x and expert id are loaded a tile ahead.
+__global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArgs a) {
+  PdlEnter();
+  extern __shared__ __align__(16) uint8_t dsm[];
+  uint32_t* const tab = reinterpret_cast<uint32_t*>(dsm);
+  uint8_t* const stages = dsm + kTabBytes;
+  uint32_t* const xs = reinterpret_cast<uint32_t*>(stages + kStages * a.stage_bytes);
+  float* const red = reinterpret_cast<float*>(xs + 8 * a.nw * kXWords);
+  const int nw = a.nw, nthreads = 32 * nw;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+
+  // the grid, entry i = the 8 values g of kIq1sGrid[i] as nibbles g + 1: value k < 4 in the low
+  // nibble of byte k, value k + 4 in its high nibble; kGridCopies copies side by side
+  for (int i = tid; i < 2048; i += nthreads) {
+    const uint64_t g = iqdev::kIq1sGrid[i];
+    uint32_t e = 0;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const int v = static_cast<int8_t>(static_cast<uint8_t>(g >> (8 * k)));
+      e |= (static_cast<uint32_t>(v + 1) & 0xfu) << (8 * (k & 3) + 4 * (k >> 2));
+    }
+    uint4* const dst = reinterpret_cast<uint4*>(tab + kGridCopies * i);
+#pragma unroll
+    for (int j = 0; j < kGridCopies / 4; ++j) dst[j] = make_uint4(e, e, e, e);
+  }
+
+  const int64_t t_lo = a.n_tiles * blockIdx.x / gridDim.x, t_hi = a.n_tiles * (blockIdx.x + 1) / gridDim.x;
+  const int n_local = static_cast<int>(t_hi - t_lo);
+  const TileCursor first{static_cast<int>(t_lo / a.tiles_per_mat),
+                         static_cast<int>(t_lo % a.tiles_per_mat) * kTileRows};
+  TileCursor in = first, cur = first;  // the next tile to load, the tile to compute
+  auto mat_id = [&](int mat) -> int64_t {
+    return a.mat_ids != nullptr && mat < a.n_mats ? static_cast<int64_t>(a.mat_ids[mat]) : mat;
+  };
+  int64_t in_id = mat_id(in.mat);
+  const uint32_t stage0 = ptx::SmemAddr(stages);
+  int in_stage = 0;
+  auto issue = [&](int li) {  // tile li (the next one) into its stage, as one commit group (empty past the end)
+    if (li < n_local) {
+      const uint8_t* const src = a.w + in_id * a.mat_stride + static_cast<int64_t>(in.row0) * a.row_bytes;
+      const int bytes = min(kTileRows, a.rows - in.row0) * a.row_bytes;
+      const uint32_t dst = stage0 + in_stage * a.stage_bytes;
+      for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst + k, src + k, min(16, bytes - k));
+      in_stage = in_stage + 1 == kStages ? 0 : in_stage + 1;
+      const int m = in.mat;
+      in.Next(a.rows);
+      if (in.mat != m) in_id = mat_id(in.mat);  // needed a tile from now
+    }
+    ptx::CpAsyncCommit();
+  };
+#pragma unroll
+  for (int s = 0; s < kStages - 1; ++s) issue(s);
+
+  const uint32_t tab_lane = ptx::SmemAddr(tab) + 4u * (lane & (kGridCopies - 1));
+  uint32_t* const xq = xs + 8 * warp * kXWords;
+  const uint32_t off = static_cast<uint32_t>(lane * a.row_bytes + 50 * warp);  // row `lane`'s block in a stage
+  const uint32_t off1 = off + 32u * static_cast<uint32_t>(a.row_bytes);         // row lane + 32's
+  float4 xa, xb;  // x of tile `cur`'s matrix, this lane's 8 columns, once the matrix changes
+  if (n_local > 0) LoadX8(a.x + cur.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);
+  int x_mat = -1;  // the matrix whose x xq holds
+  int stage = 0;
+  TileCursor prev = first;
+  for (int li = 0; li < n_local; ++li) {
+    ptx::CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile li is in; every warp is done with tile li - 1's stage and partials
+    if (li > 0 && warp < 2) StoreTile(a, red + ((li - 1) & 1) * (nw * kTileRows), prev, warp, lane);
+    issue(li + kStages - 1);
+    if (x_mat < 0 || (cur.mat != x_mat && a.x_mat_stride != 0)) {
+      x_mat = cur.mat;
+      StoreXBlock(xa, xb, lane, xq);
+    }
+    TileCursor next = cur;
+    next.Next(a.rows);
+    if (li + 1 < n_local && next.mat != cur.mat && a.x_mat_stride != 0) {
+      LoadX8(a.x + next.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);  // needed a tile from now
+    }
+    const uint8_t* const st = stages + stage * a.stage_bytes;
+    const uint32_t* const src0 = reinterpret_cast<const uint32_t*>(st + (off & ~3u));
+    const uint32_t* const src1 = reinterpret_cast<const uint32_t*>(st + (off1 & ~3u));
+    float acc0, acc1;
+    if (off & 2u) {
+      RowPair<2>(src0, src1, tab_lane, xq, acc0, acc1);
+    } else {
+      RowPair<0>(src0, src1, tab_lane, xq, acc0, acc1);
+    }
+    float* const rb = red + (li & 1) * (nw * kTileRows);
+    rb[warp * kTileRows + lane] = acc0;
+    rb[warp * kTileRows + lane + 32] = acc1;
+    prev = cur;
+    cur = next;
+    stage = stage + 1 == kStages ? 0 : stage + 1;
+  }
+  if (n_local > 0) {
+    __syncthreads();
+    if (warp < 2) StoreTile(a, red + ((n_local - 1) & 1) * (nw * kTileRows), prev, warp, lane);
+  }
+}
+
+cudaError_t LaunchRows(const RowArgs& r, cudaStream_t stream) {
+  // the grid, the stages, x, two buffers of partials, and 16 bytes for the last lane's 13-word
+  // read past its stage's end: 212 KB at 14 blocks per row (the 227 KB of a Hopper block)
+  const int smem = kTabBytes + kStages * r.stage_bytes + 8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4 + 16;
+  const int threads = 32 * r.nw;
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel);
+  int per_sm = 0;
+  K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
+  const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(r.n_tiles, cap)));
+  return LaunchKernel(Iq1sRowsKernel, grid, threads, smem, stream, r);
+}
+
+}  // namespace
+
+bool Iq1sRowsApplies(const Args& a) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.w) & 15u) == 0 && a.mat_stride % 16 == 0;
+  const int64_t tiles = a.n_mats * ((a.rows + kTileRows - 1) / kTileRows);
+  return a.bpr >= 1 && a.bpr <= kMaxWarps && aligned && tiles < (int64_t{1} << 31);
+}
+
+cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream) {
+  if (a.n_tokens != 1 || !Iq1sRowsApplies(a)) return cudaErrorInvalidValue;
+  RowArgs r{};
+  r.w = a.w;
+  r.mat_stride = a.mat_stride;
+  r.mat_ids = a.mat_ids;
+  r.rows = static_cast<int32_t>(a.rows);
+  r.row_bytes = static_cast<int32_t>(a.row_bytes);
+  r.tiles_per_mat = static_cast<int32_t>((a.rows + kTileRows - 1) / kTileRows);
+  r.n_tiles = a.n_mats * r.tiles_per_mat;
+  r.nw = a.bpr;
+  r.stage_bytes = kTileRows * r.row_bytes;  // 3200·bpr: a multiple of 16
+  r.x = a.x;
+  r.x_mat_stride = a.x_mat_stride;
+  r.y = a.y;
+  r.y_mat_stride = a.y_mat_stride;
+  r.n_mats = a.n_mats;
+  return LaunchRows(r, stream);
+}
+
+}  // namespace k3::cuda::qgemv

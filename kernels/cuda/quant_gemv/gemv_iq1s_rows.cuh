@@ -1,0 +1,25 @@
+// The IQ1_S int8-activation GEMV with a lane per row (gemv_iq1s_rows.cu): QuantGemv's path for
+// the routed experts' one-token products (QuantGemvParams::int8_x, rows of up to
+// kIq1sRowsMaxCols weights).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/quant_gemv/gemv_impl.cuh"
+
+namespace k3::cuda::qgemv {
+
+// The widest rows the kernel takes (a warp per 256-weight block of the row): its shared memory (the
+// grid's 64 KiB and three 64-row stages) fits a 227 KiB Hopper block up to 14 blocks per row.
+inline constexpr int kIq1sRowsMaxCols = 3584;
+
+// True when LaunchIq1sRows takes a product of this shape: IQ1_S rows of at most kIq1sRowsMaxCols
+// weights (a.bpr blocks) whose matrices start 16-byte aligned (QuantGemv checks the rest).
+bool Iq1sRowsApplies(const Args& a);
+
+// y = W·x for ONE token per matrix (a.n_tokens must be 1; QuantGemv loops over tokens), x rounded
+// to int8 per 32 columns exactly as the sub-block kernel's int8 path rounds it
+// (LaunchIq1sSub(a, true, ...)): the same per-(row, sub-block) terms, summed in another order.
+cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream);
+
+}  // namespace k3::cuda::qgemv
