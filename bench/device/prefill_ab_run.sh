@@ -14,6 +14,11 @@
 #     Nsight Compute on one launch of K3_NCU_KERNEL (default the IQ1_S wgmma kernel) in the bench's
 #     profile mode (T = 4096, uniform routing), sections K3_NCU_WHAT; sass: the SASS of the kernels
 #     whose name contains K3_SASS_FN (default Iq1sWgmma) in K3_SASS_BIN, with its instruction mix.
+#   gemv: k3_cuda_gemv_bench --only=K3_GEMV_ONLY (default int8x: the routed experts' int8 GEMVs,
+#     the lane-per-row kernel and the sub-block kernel); gemv-ncu: Nsight Compute on one launch of
+#     K3_NCU_KERNEL (regex, default the lane-per-row kernel) in that bench (case K3_GEMV_ONLY);
+#     step: per-kernel times of one eager decode step (decode_profile.sh, one pass per kernel,
+#     K3_STEP_ARGS: batch and context, default 1 4096; int8 experts).
 # Modes run in the order given: prefill_ab_run.sh tests gemm memcheck.
 # Writes $OUT/prefill_ab.log and one .txt per program run.
 set -uo pipefail
@@ -70,6 +75,24 @@ case "$mode" in
     echo "## sass of ${K3_SASS_FN:-Iq1sWgmma}: $(grep -cE '^ +/\*[0-9a-f]{4}\*/' "$OUT/sass.txt") instructions"
     grep -oE '^ +/\*[0-9a-f]{4}\*/ +(@!?U?P[0-9T] +)?[A-Z0-9]+(\.[A-Z0-9_]+)*' "$OUT/sass.txt" | awk '{print $NF}' |
       sort | uniq -c | sort -rn | head -40
+    ;;
+  gemv)
+    timeout 240 $B/k3_cuda_gemv_bench --only="${K3_GEMV_ONLY:-int8x}" > "$OUT/gemv_bench.txt" 2>&1
+    echo "## k3_cuda_gemv_bench --only=${K3_GEMV_ONLY:-int8x} rc=$?"
+    grep -E 'single|device' "$OUT/gemv_bench.txt" | sed -E 's/ +/ /g' | cut -c1-200
+    ;;
+  gemv-ncu)
+    timeout 240 ncu --clock-control none -k "regex:${K3_NCU_KERNEL:-Iq1sRowsKernel}" --launch-skip 30 --launch-count 1 \
+      ${K3_NCU_WHAT:---section SpeedOfLight --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --section LaunchStats --section Occupancy} \
+      $B/k3_cuda_gemv_bench --only="${K3_GEMV_ONLY:-int8x gate}" > "$OUT/gemv_ncu.txt" 2>&1
+    echo "## gemv ncu rc=$?"
+    grep -vE '^==PROF==|^ *-+ *$|^$' "$OUT/gemv_ncu.txt" | grep -E '  [A-Z].* [0-9.,]+$|Iq1s' | cut -c1-150 | head -90
+    ;;
+  step)
+    K3_CARRY=${K3_CARRY:-.k3carry} K3_BENCH_EXTRA="${K3_BENCH_EXTRA:---int8-experts}" \
+      K3_NCU_WHAT="${K3_STEP_NCU:---metrics gpu__time_duration.sum}" \
+      timeout 300 bash "$(dirname "$0")/decode_profile.sh" ${K3_STEP_ARGS:-1 4096} > "$OUT/step_profile.txt" 2>&1
+    echo "## step profile rc=$?"; head -45 "$OUT/kernels_by_time.txt"
     ;;
   *) echo "unknown mode $mode"; exit 2 ;;
 esac
