@@ -25,7 +25,9 @@
 //
 // H200, 16 experts, one token, int8 x (k3_cuda_gemv_bench --only=int8x, stream / single launch):
 // gate 3584 -> 3072 24.2 / 31.1 us, down 3072 -> 3584 23.5 / 29.1 us, against the sub-block kernel's
-// 35.0 / 41.4 and 35.7 / 41.0 (HBM floor 7.9 us); 256 experts (batch 16) 290 us against 400.
+// 35.0 / 41.4 and 35.7 / 41.0 (HBM floor 7.9 us); 256 experts (batch 16) 290 us against 438
+// (session 5's figure). Slower for several tokens per matrix (4: 93 us against 63, token by token
+// here, the weights read once for 4 there); the engine's expert products are one token each.
 // What limits it now (ncu, gate): issue 44% (3.5 warps per scheduler: 14 warps of 128 registers per
 // SM), stalls on the two barriers' skew (13%), MIO (13%), the ALU pipe (9%, half of the
 // instructions are ALU at half rate), fixed-latency dependencies (10%); DRAM 29%.
