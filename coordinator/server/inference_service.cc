@@ -1,5 +1,7 @@
 #include "coordinator/server/inference_service.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "coordinator/server/chooser.h"
 #include "coordinator/tokenizer/chat_format.h"
@@ -139,13 +141,25 @@ grpc::Status InferenceService::Generate(grpc::ServerContext* ctx, const k3::v1::
     return ToGrpc(s);
   }
   bool first = true;
+  // The call's deadline (time_point::max() when it has none). The handler ends at it, not at its
+  // next poll: the client sees DEADLINE_EXCEEDED on its own timer, and the lease (this client's
+  // count) must be back by then, or a request it sends at once is refused over the old count.
+  const std::chrono::system_clock::time_point deadline = ctx->deadline();
   while (true) {
     if (ctx->IsCancelled()) {
       channel->Cancel();
       spdlog::info("{}: cancelled by the client", id);
       return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client");
     }
-    std::optional<StreamEvent> e = channel->Pop(std::chrono::milliseconds(50));
+    const auto now = std::chrono::system_clock::now();
+    if (now >= deadline) {
+      channel->Cancel();
+      spdlog::info("{}: its deadline passed", id);
+      return grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "the request's deadline passed");
+    }
+    auto wait = std::chrono::milliseconds(50);
+    if (deadline - now < wait) wait = std::chrono::ceil<std::chrono::milliseconds>(deadline - now);
+    std::optional<StreamEvent> e = channel->Pop(wait);
     if (!e) continue;
     if (!e->error.ok()) return ToGrpc(e->error);
     if (first) {
