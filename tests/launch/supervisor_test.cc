@@ -7,8 +7,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <string>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -49,16 +52,26 @@ LaunchPlan FakePlan(const std::string& dir, const std::string& group_script, con
   return p;
 }
 
-// Live processes started by this test: their environment carries the test's directory.
+// A /proc file's bytes; empty when the process has gone meanwhile (reading a file of a process
+// that exited mid-read fails with ESRCH, which libstdc++ throws from the stream buffer).
+std::string ReadProcFile(const std::filesystem::path& path) {
+  try {
+    std::ifstream f(path, std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  } catch (const std::exception&) {
+    return {};
+  }
+}
+
+// Live processes started by this test: their environment carries the test's directory. Any
+// process of the machine may end while this walks /proc; one that has gone is not live.
 int ProcessesMarked(const std::string& dir) {
   int n = 0;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename().string();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::ifstream env(e.path() / "environ", std::ios::binary);
-    std::string text((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
-    std::ifstream stat(e.path() / "stat");
-    std::string st((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const std::string text = ReadProcFile(e.path() / "environ");
+    const std::string st = ReadProcFile(e.path() / "stat");
     const size_t close = st.rfind(')');
     const bool zombie = close != std::string::npos && close + 2 < st.size() && st[close + 2] == 'Z';
     if (!zombie && text.find("K3_TEST_MARK=" + dir + '\0') != std::string::npos) ++n;
