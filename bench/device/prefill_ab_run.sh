@@ -9,6 +9,7 @@
 #     after the other on the same GPU, prefill 4096 / 8192 / 32768 in chunks of 4096 and decode
 #     batch 1 and 16 at 4k (K3_AB_ARGS replaces those arguments).
 #     there: K3_CARRY=.k3carryB bash bench/device/prefill_ab_run.sh bench
+#     (K3_AB_VARIANT="--fused-residual": the new binary a third time with those flags added)
 #   gemm: k3_cuda_gemm_bench (K3_GEMM_WHICH: its mode, default variants: every kernel and knob on
 #     the expert products); memcheck: compute-sanitizer on K3_SAN_FILTER's kernel tests; gemm-ncu:
 #     Nsight Compute on one launch of K3_NCU_KERNEL (default the IQ1_S wgmma kernel) in the bench's
@@ -18,7 +19,8 @@
 #     the lane-per-row kernel and the sub-block kernel); gemv-ncu: Nsight Compute on one launch of
 #     K3_NCU_KERNEL (regex, default the lane-per-row kernel) in that bench (case K3_GEMV_ONLY);
 #     step: per-kernel times of one eager decode step (decode_profile.sh, one pass per kernel,
-#     K3_STEP_ARGS: batch and context, default 1 4096; int8 experts).
+#     K3_STEP_ARGS: batch and context, default 1 4096; int8 experts); step-ncu: Nsight Compute
+#     sections on one launch of K3_NCU_KERNEL (regex, default AddMixNorm) in that step.
 # Modes run in the order given: prefill_ab_run.sh tests gemm memcheck.
 # Writes $OUT/prefill_ab.log and one .txt per program run.
 set -uo pipefail
@@ -51,6 +53,13 @@ case "$mode" in
       echo "rc=$?"
       grep -E '^\| |prefill|Prefill' "$OUT/$b.txt" | head -40
     done
+    # K3_AB_VARIANT: the new binary once more with these flags added (a knob's A/B in one binary)
+    if [ -n "${K3_AB_VARIANT:-}" ]; then
+      echo "## k3_cuda_decode_bench $K3_AB_VARIANT"
+      timeout 170 $B/k3_cuda_decode_bench $ARGS $K3_AB_VARIANT > "$OUT/k3_cuda_decode_bench_variant.txt" 2>&1
+      echo "rc=$?"
+      grep -E '^\| |prefill|Prefill' "$OUT/k3_cuda_decode_bench_variant.txt" | head -40
+    fi
     ;;
   gemm)
     timeout 200 $B/k3_cuda_gemm_bench - "${K3_GEMM_WHICH:-variants}" > "$OUT/gemm_bench.txt" 2>&1
@@ -87,6 +96,14 @@ case "$mode" in
       $B/k3_cuda_gemv_bench --only="${K3_GEMV_ONLY:-int8x gate}" > "$OUT/gemv_ncu.txt" 2>&1
     echo "## gemv ncu rc=$?"
     grep -vE '^==PROF==|^ *-+ *$|^$' "$OUT/gemv_ncu.txt" | grep -E '  [A-Z].* [0-9.,]+$|Iq1s' | cut -c1-150 | head -90
+    ;;
+  step-ncu)
+    timeout 300 ncu --clock-control none --profile-from-start off -k "regex:${K3_NCU_KERNEL:-AddMixNorm}" --launch-count 1 \
+      ${K3_NCU_WHAT:---section SpeedOfLight --section WarpStateStats --section SchedulerStats --section LaunchStats --section Occupancy --section MemoryWorkloadAnalysis} \
+      $B/k3_cuda_decode_bench --preset slice --quant UD-IQ1_S --layers 8 --ctx 4096 --batches 1 --steps 2 --ncu-step --int8-experts \
+      > "$OUT/step_ncu.txt" 2>&1
+    echo "## step ncu ${K3_NCU_KERNEL:-AddMixNorm} rc=$?"
+    grep -vE '^==PROF==|^ *-+ *$|^$' "$OUT/step_ncu.txt" | grep -E '  [A-Z].* [0-9.,]+$|Kernel' | cut -c1-150 | head -70
     ;;
   step)
     K3_CARRY=${K3_CARRY:-.k3carry} K3_BENCH_EXTRA="${K3_BENCH_EXTRA:---int8-experts}" \

@@ -23,6 +23,8 @@
 // --exact-mla-decode: decode steps' MLA attention on the exact f32 kernel (the default, --tc-mla-decode:
 // tensor cores, CudaEngineOptions::tc_mla_decode);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
+// --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
+// (CudaEngineOptions::fused_residual; the default launches them separately);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
@@ -93,6 +95,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
+  bool fused_residual = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -112,6 +115,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (the default)
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
+    else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
@@ -148,6 +152,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.cache_f16 = f16;
   opt.tc_mla_decode = tc_mla;
   opt.int8_expert_x = int8_experts;
+  opt.fused_residual = fused_residual;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
   if (mla_mha_min_rows >= 0) opt.mla_mha_min_rows = mla_mha_min_rows;
   opt.use_graphs = graphs;
@@ -203,10 +208,10 @@ int Main(int argc, char** argv, int rank, int ranks) {
   if (lead) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-        "decode MLA %s; expert inputs %s; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
+        "decode MLA %s; expert inputs %s; residual steps %s; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
-        tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32",
+        tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_residual ? "fused" : "unfused",
         static_cast<long long>(opt.dense_gemv_max_rows), static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,

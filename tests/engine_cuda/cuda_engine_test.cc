@@ -88,8 +88,10 @@ class CudaGoldenTest : public ::testing::Test {
   }
   std::unique_ptr<CudaEngine> Open(bool f16, bool graphs, int64_t prefill_chunk = 512, bool exact = false,
                                    bool tc_mla_decode = false, bool int8_expert_x = false, int64_t max_batch = 4,
-                                   int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512) {
+                                   int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512,
+                                   bool fused_residual = false) {
     CudaEngineOptions opt;
+    opt.fused_residual = fused_residual;
     opt.blas_min_rows = blas_min_rows;
     opt.mla_mha_min_rows = mla_mha_min_rows;
     opt.exact_prefill = exact;
@@ -152,6 +154,19 @@ TEST_F(CudaGoldenTest, TokenByTokenMatchesReference) {
     Bars(ref, RunTokens(*e, prompts_[p], 100 + p), V, "gpu token by token " + std::to_string(p));
   }
   std::printf("graphs captured: %lld\n", static_cast<long long>(e->graphs_captured()));
+}
+
+// fused_residual: each decode step's residual steps (delta add, bank copy, mix, norm) in one
+// launch (AddMixNorm). Only the mix's sums are reordered: the exact path's golden bars.
+TEST_F(CudaGoldenTest, FusedResidualMatchesReference) {
+  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false, 4, 512, 512,
+                /*fused_residual=*/true);
+  ASSERT_NE(e, nullptr);
+  const int64_t V = e->config().vocab;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
+    Bars(ref, RunTokens(*e, prompts_[p], 900 + p), V, "fused residual steps, token by token " + std::to_string(p));
+  }
 }
 
 // Prefill on the exact path (f32 GEMV products) in chunks of 512 (each prompt whole), 64 and 7

@@ -18,8 +18,10 @@
 #include "kernels/cuda/moe/moe_router.h"
 #include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/cuda/residual_mix/add_mix_norm.h"
 #include "kernels/cuda/residual_mix/residual_mix.h"
 #include "kernels/cuda/short_conv/short_conv.h"
+#include "kernels/cuda/short_conv/short_conv_decode.h"
 #include "worker/common/status_macros.h"
 #include "worker/engine/model_weights.h"
 #include "worker/engine_cuda/cuda_status.h"
@@ -687,6 +689,35 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     return cuda::ResidualMix(p, s);
   };
 
+  // Decode-sized steps: each residual step (the delta's add, the bank copy, the mix, the norm) is
+  // one launch (AddMixNorm) instead of four or five; a layer's last delta (and the shared experts')
+  // waits in pend0/pend1 for the next layer's first step, or the head's.
+  const bool fuse_residual = options_.fused_residual && !grouped && H <= cuda::kAddMixNormMaxWidth;
+  float* pend0 = nullptr;
+  const float* pend1 = nullptr;
+  auto add_mix_norm = [&](const float* score_w, const float* norm_w, const float* d0, const float* d1, bool restart,
+                          float* bank_out, float* y) -> cudaError_t {
+    cuda::AddMixNormParams p;
+    for (int i = 0; i < n_ckpt; ++i) p.bank[i] = m.bank[i];
+    p.n_ckpt = n_ckpt;
+    p.bank_stride = H;
+    p.x = m.x;
+    p.x_stride = H;
+    p.d0 = d0;
+    p.d1 = d1;
+    p.d_stride = H;
+    p.restart = restart;
+    p.bank_out = bank_out;
+    p.score_w = score_w;
+    p.norm_w = norm_w;
+    p.y = y;
+    p.y_stride = H;
+    p.n_tokens = n;
+    p.n = H;
+    p.eps = eps;
+    return cuda::AddMixNorm(p, s);
+  };
+
   K3_RETURN_IF_ERROR(mark(kEmbed));
   K3_CU(EmbedRows(m.token_embd.type, m.token_embd.data, m.token_embd.row_bytes, shard_.vocab_begin,
                   shard_.vocab_width, tokens_d, n, H, m.x, s));
@@ -704,10 +735,15 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const DLayer& lw = m.layers[il];
     K3_RETURN_IF_ERROR(mark(kMixNorm));
-    K3_CU(mix(lw.attn_res_score, m.x, m.cur));
     const bool banked = il % c.res_block_size == 0;
-    if (banked) K3_CU(AddInto(m.bank[n_ckpt++], m.x, n * H, false, s));
-    K3_CU(Rms(m.cur, m.h, lw.attn_norm, n, H, eps, s));
+    if (fuse_residual) {
+      K3_CU(add_mix_norm(lw.attn_res_score, lw.attn_norm, pend0, pend1, false, banked ? m.bank[n_ckpt] : nullptr, m.h));
+      if (banked) ++n_ckpt;
+    } else {
+      K3_CU(mix(lw.attn_res_score, m.x, m.cur));
+      if (banked) K3_CU(AddInto(m.bank[n_ckpt++], m.x, n * H, false, s));
+      K3_CU(Rms(m.cur, m.h, lw.attn_norm, n, H, eps, s));
+    }
     const int64_t ki = c.kind_index(il);
     if (c.is_mla(il)) {
       K3_RETURN_IF_ERROR(mark(kMla));
@@ -877,7 +913,31 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(gate_and_beta(side_stream_));
       }
       if (stacked) K3_CU(Prod(w.in_proj, m.h, H, m.in_proj, Wp, n));
-      for (int which = 0; which < 3; ++which) {
+      // One token per sequence: the three convolutions and the L2 norms of q and k in one launch
+      // (bit-identical to the five below).
+      const bool conv_decode = v.run == 1 && hd <= cuda::kShortConvDecodeMaxGroup;
+      if (conv_decode) {
+        cuda::ShortConvDecodeParams cp;
+        for (int which = 0; which < 3; ++which) {
+          if (!stacked) K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
+          cp.weight[which] = convw[which];
+          cp.history[which] = hist + which * (taps - 1) * D;
+          cp.in[which] = stacked ? m.in_proj + which * D : proj[which];
+          cp.out[which] = outs[which];
+          cp.l2[which] = which < 2;
+        }
+        cp.history_slot_stride = static_cast<int64_t>(conv_floats);
+        cp.slots = slots_d;
+        cp.in_stride = stacked ? Wp : D;
+        cp.out_stride = D;
+        cp.n_seqs = v.n_seqs;
+        cp.channels = D;
+        cp.group_width = hd;
+        cp.taps = taps;
+        cp.eps = eps;
+        K3_CU(cuda::ShortConvSiluDecode(cp, s));
+      }
+      for (int which = 0; which < 3 && !conv_decode; ++which) {
         if (!stacked) K3_CU(Prod(*mats[which], m.h, H, proj[which], D, n));
         cuda::ShortConvParams cp;
         cp.weight = convw[which];
@@ -894,8 +954,10 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         cp.out_stride = D;
         K3_CU(cuda::ShortConvSilu(cp, s));
       }
-      K3_CU(Rms(m.kq, m.kq, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
-      K3_CU(Rms(m.kk, m.kk, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
+      if (!conv_decode) {
+        K3_CU(Rms(m.kq, m.kq, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
+        K3_CU(Rms(m.kk, m.kk, nullptr, n, hd, eps, s, nh, nullptr, cuda::NormKind::kL2));
+      }
       if (side) {
         K3_CU(join_side());
       } else {
@@ -929,9 +991,13 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     }
     K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
     K3_RETURN_IF_ERROR(mark(kMixNorm));
-    K3_CU(AddInto(m.x, m.delta, n * H, !banked, s));  // a banked layer restarts the stream
-    K3_CU(mix(lw.ffn_res_score, m.x, m.cur));
-    K3_CU(Rms(m.cur, m.h, lw.ffn_norm, n, H, eps, s));
+    if (fuse_residual) {  // a banked layer restarts the stream
+      K3_CU(add_mix_norm(lw.ffn_res_score, lw.ffn_norm, m.delta, nullptr, banked, nullptr, m.h));
+    } else {
+      K3_CU(AddInto(m.x, m.delta, n * H, !banked, s));
+      K3_CU(mix(lw.ffn_res_score, m.x, m.cur));
+      K3_CU(Rms(m.cur, m.h, lw.ffn_norm, n, H, eps, s));
+    }
     if (c.is_dense(il)) {
       K3_RETURN_IF_ERROR(mark(kDense));
       const DDense& w = lw.dense;
@@ -1007,14 +1073,23 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         cp.out_stride = L;
         K3_CU(cuda::MoeCombineGrouped(cp, s));
       } else {
-        K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
-        K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
+        // A rank holding every expert uses the router's ids and weights as they are; one token's
+        // (token, expert) pairs all read its row of m.r (a shared x: no copy per pair).
+        const bool all_local = shard_.expert_begin == 0 && shard_.n_experts == E;
+        const int32_t* ids_l = all_local ? m.ids : m.idloc;
+        const float* wts_l = all_local ? m.wts : m.wloc;
+        if (!all_local) {
+          K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
+        }
+        const float* xe = n == 1 ? m.r : m.xe;
+        const int64_t xe_mat = n == 1 ? 0 : L;
+        if (n > 1) K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
         const bool i8 = options_.int8_expert_x;
-        K3_CU(GemvStack(w.gate_exps, m.idloc, n * K, m.xe, L, L, m.ge, Fw, Fw, 1, s, i8));
-        K3_CU(GemvStack(w.up_exps, m.idloc, n * K, m.xe, L, L, m.ue, Fw, Fw, 1, s, i8));
+        K3_CU(GemvStack(w.gate_exps, ids_l, n * K, xe, L, xe_mat, m.ge, Fw, Fw, 1, s, i8));
+        K3_CU(GemvStack(w.up_exps, ids_l, n * K, xe, L, xe_mat, m.ue, Fw, Fw, 1, s, i8));
         K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
-        K3_CU(GemvStack(w.down_exps, m.idloc, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s, i8));
-        K3_CU(CombineExperts(m.ye, m.wloc, n, K, L, mm, s));
+        K3_CU(GemvStack(w.down_exps, ids_l, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s, i8));
+        K3_CU(CombineExperts(m.ye, wts_l, n, K, L, mm, s));
       }
       if (side) {
         K3_CU(join_side());
@@ -1028,15 +1103,31 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       }
       if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
       K3_CU(Prod(w.routed_up, mm, L, m.delta, H, n));
-      if (w.has_shared) K3_CU(AddInto(m.delta, sh, n * H, true, s));
+      if (fuse_residual) {
+        pend1 = w.has_shared ? sh : nullptr;
+      } else if (w.has_shared) {
+        K3_CU(AddInto(m.delta, sh, n * H, true, s));
+      }
     }
     K3_RETURN_IF_ERROR(mark(kMixNorm));
-    K3_CU(AddInto(m.x, m.delta, n * H, true, s));
+    if (fuse_residual) {
+      pend0 = m.delta;
+      if (c.is_dense(il)) pend1 = nullptr;
+    } else {
+      K3_CU(AddInto(m.x, m.delta, n * H, true, s));
+    }
   }
   K3_RETURN_IF_ERROR(mark(kHead));
   // Only the rows whose logits are wanted (a prefill chunk: usually its last).
   const int64_t hr = v.head_rows;
-  if (hr > 0) {
+  if (fuse_residual && hr == n) {
+    K3_CU(add_mix_norm(m.output_res_score, m.output_norm, pend0, pend1, false, nullptr, m.y));
+    K3_CU(Prod(m.output, m.y, H, m.logits, shard_.vocab_width, hr));
+  } else if (hr > 0) {
+    if (pend0 != nullptr) {  // the last layer's delta(s), as the unfused path adds them
+      if (pend1 != nullptr) K3_CU(AddInto(pend0, pend1, n * H, true, s));
+      K3_CU(AddInto(m.x, pend0, n * H, true, s));
+    }
     float* yh = m.y + v.head_row * H;
     K3_CU(mix(m.output_res_score, m.x, m.y, v.head_row, hr));
     K3_CU(Rms(yh, yh, m.output_norm, hr, H, eps, s));

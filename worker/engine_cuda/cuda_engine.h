@@ -87,6 +87,14 @@ struct CudaEngineOptions {
   // multiply in integers (QuantGemvParams::int8_x; ~2x faster expert GEMVs). Not exact: on the
   // golden model held to llama.cpp's closeness (which rounds every product's input so).
   bool int8_expert_x = false;
+  // Decode-sized steps run each residual step (the delta's add, the bank copy, the cross-layer
+  // mix, the RMS norm) as one launch (kernels/cuda/residual_mix/add_mix_norm.h, a cluster of 8
+  // blocks per token) instead of four or five. Not bit-identical to the unfused path (the mix's
+  // sums in another order). Off by default: it saves its launches in an eager step (H200, slice8,
+  // int8 experts, batch 1: mixes+norms+adds 0.294 -> 0.243 ms) but not in the graph, where PDL
+  // already hides them (3.097 -> 3.090 ms at batch 1, 15.49 -> 15.54 at 16, 30.47 -> 30.60 at 32):
+  // the fused kernel is one long dependent chain on 8 SMs (~9 us under ncu).
+  bool fused_residual = false;
   // Steps of at least this many rows (prefill chunks) run their plain products on cuBLAS's f16
   // GEMM (kernels/cuda/quant_gemm/blas_gemm.h: the tile GEMM's operands, ~3x its rate on the K3
   // projections; the weights are decoded to f16 a block of rows at a time into a 64 MiB scratch,
