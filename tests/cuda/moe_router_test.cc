@@ -1,5 +1,6 @@
 // MoeRoute against k3::cpu::RouteToken: 896 experts, top-16, sigmoid gating with selection bias
-// and normalization (K3), exact ties (resolved to the lower index), softmax gating with a scale.
+// and normalization (K3), exact ties (resolved to the lower index), softmax gating with a scale;
+// k <= 32 on the top-32 merge kernel, up to 64 on the full sort, beyond 1024 experts the scan.
 // Chosen ids must match exactly (inputs avoid near-ties of a few ulp), weights within 1e-6.
 #include <random>
 #include <vector>
@@ -61,6 +62,7 @@ TEST(CudaMoeRouterTest, SoftmaxAndSmallShapes) {
   K3_REQUIRE_GPU();
   std::mt19937_64 rng(3);
   const auto logits = Normal(rng, 5 * 896, 0.0, 3.0);
+  const auto bias_k3 = Normal(rng, 896, 0.0, 0.05);
   RunRoute(logits, nullptr, 5, 896, 16, false, false, 1.0f, 896);
   const auto small = Normal(rng, 3 * 32, 0.0, 1.0);
   const auto bias = Normal(rng, 32, 0.0, 0.1);
@@ -69,6 +71,15 @@ TEST(CudaMoeRouterTest, SoftmaxAndSmallShapes) {
   const auto edge = Normal(rng, 13 * 1024, 0.0, 1.0);
   const auto edge_bias = Normal(rng, 1024, 0.0, 0.1);
   RunRoute(edge, &edge_bias, 13, 1024, 16, true, true, 1.0f, 1024);
+  // the top-32 merge kernel's edges: k = 32 (its largest), every expert chosen, a width that is not
+  // a power of two (padding lanes), one warp; k = 33 and 64 go to the full sort
+  const auto mid = Normal(rng, 3 * 896, 0.0, 2.0);
+  RunRoute(mid, &bias_k3, 3, 896, 32, true, true, 1.0f, 896);
+  RunRoute(mid, &bias_k3, 3, 896, 33, true, true, 1.0f, 896);
+  RunRoute(mid, nullptr, 3, 896, 64, false, true, 1.0f, 896);
+  RunRoute(small, &bias, 3, 32, 32, true, true, 1.0f, 32);
+  const auto odd = Normal(rng, 4 * 100, 0.0, 1.0);
+  RunRoute(odd, nullptr, 4, 100, 7, false, false, 2.0f, 100);
   // above it: the block-per-token kernel
   const auto wide = Normal(rng, 2 * 4096, 0.0, 1.0);
   RunRoute(wide, nullptr, 2, 4096, 64, true, true, 1.0f, 4096);

@@ -210,6 +210,101 @@ __global__ void __launch_bounds__(kSortExperts) RouterSortKernel(const MoeRouter
   }
 }
 
+// Up to kSortExperts experts and k <= 32 (K3: 896, top-16): one block per token, one expert per
+// thread as RouterSortKernel, but only the top 32 are ever ordered: each warp sorts its 32
+// (selection score, index) pairs by shuffles (15 stages, no barrier), then a merge tree keeps the
+// best 32 of two sorted lists per warp (the larger of a_i and b_(31-i) is a bitonic sequence of
+// them, sorted by 5 more stages), halving the lists per level through shared memory: 1 + log2(warps)
+// barriers instead of the full sort's 15, and the later levels on few warps. The same strict order
+// as RouterKernel (score descending, ties to the lower index), so the same k experts in the same
+// order; the weights summed in choice order as there. RouterSortKernel took 11 us per token (ncu,
+// H200, K3's shape).
+constexpr int kTopKMax = 32;
+
+__global__ void __launch_bounds__(kSortExperts) RouterTopKKernel(const MoeRouterParams p) {
+  PdlEnter();
+  __shared__ float s_prob[kSortExperts];
+  __shared__ float s_v[2][kSortExperts];
+  __shared__ int s_i[2][kSortExperts];
+  __shared__ float s_scratch[32];
+  const int64_t t = blockIdx.x;
+  const int tid = threadIdx.x, N = blockDim.x, lane = tid & 31, warp = tid >> 5;
+  const int n = static_cast<int>(p.n_experts);
+  const bool real = tid < n;
+  const float x = real ? p.logits[t * p.logits_stride + tid] : -INFINITY;
+  float prob;
+  if (p.sigmoid) {
+    prob = real ? detail::SigmoidF(x) : 0.0f;
+  } else {
+    // softmax: block max, then exp and block sum (RouterSortKernel's order)
+    float mx = detail::WarpMax(x);
+    if (lane == 0) s_scratch[warp] = mx;
+    __syncthreads();
+    mx = lane < (N >> 5) ? s_scratch[lane] : -INFINITY;
+    mx = detail::WarpMax(mx);
+    const float e = real ? expf(x - mx) : 0.0f;
+    prob = e / detail::BlockSum(e, s_scratch);
+  }
+  if (real) s_prob[tid] = prob;
+  float v = real ? prob + (p.selection_bias != nullptr ? p.selection_bias[tid] : 0.0f) : -INFINITY;
+  int i = tid;  // padding slots: -inf at indices >= n, after every real expert
+  // the warp's 32 pairs sorted better-first (runs of k alternate direction until the last)
+  for (int k = 2; k <= 32; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      const float ov = __shfl_xor_sync(detail::kFullMask, v, j);
+      const int oi = __shfl_xor_sync(detail::kFullMask, i, j);
+      const bool keep_better = ((lane & j) == 0) == ((lane & k) == 0);  // k = 32: always better-first
+      if (Better(ov, oi, v, i) == keep_better) {
+        v = ov;
+        i = oi;
+      }
+    }
+  }
+  int buf = 0;
+  s_v[buf][tid] = v;
+  s_i[buf][tid] = i;
+  __syncthreads();
+  for (int lists = N >> 5; lists > 1; lists >>= 1) {
+    // warp w < lists/2: the best 32 of lists 2w and 2w+1 (both sorted better-first), sorted
+    if (warp < (lists >> 1)) {
+      const int a = (2 * warp) * 32 + lane, b = (2 * warp + 1) * 32 + (31 - lane);
+      const float av = s_v[buf][a], bv = s_v[buf][b];
+      const int ai = s_i[buf][a], bi = s_i[buf][b];
+      const bool take_a = Better(av, ai, bv, bi);
+      v = take_a ? av : bv;
+      i = take_a ? ai : bi;
+      for (int j = 16; j > 0; j >>= 1) {
+        const float ov = __shfl_xor_sync(detail::kFullMask, v, j);
+        const int oi = __shfl_xor_sync(detail::kFullMask, i, j);
+        if (Better(ov, oi, v, i) == ((lane & j) == 0)) {
+          v = ov;
+          i = oi;
+        }
+      }
+      if (lists > 2) {
+        s_v[buf ^ 1][warp * 32 + lane] = v;
+        s_i[buf ^ 1][warp * 32 + lane] = i;
+      }
+    }
+    buf ^= 1;
+    if (lists > 2) __syncthreads();  // the last level's result stays in warp 0's registers
+  }
+  if (warp != 0) return;
+  // lane r holds choice r; Σ of the chosen probabilities in choice order, as RouterKernel
+  const float w_r = lane < p.k ? s_prob[i] : 0.0f;
+  float sum = 0.0f;
+  for (int r = 0; r < p.k; ++r) sum += __shfl_sync(detail::kFullMask, w_r, r);
+  if (lane < p.k) {
+    const float denom = p.normalize ? fmaxf(sum, 6.103515625e-5f) : 1.0f;
+    const bool scaled = p.scale != 0.0f && p.scale != 1.0f;
+    float w = w_r;
+    if (p.normalize) w /= denom;
+    if (scaled) w *= p.scale;
+    p.ids[t * p.k + lane] = i;
+    p.weights[t * p.k + lane] = w;
+  }
+}
+
 }  // namespace
 
 cudaError_t MoeRoute(const MoeRouterParams& p, cudaStream_t stream) {
@@ -224,7 +319,11 @@ cudaError_t MoeRoute(const MoeRouterParams& p, cudaStream_t stream) {
   if (p.n_experts <= kSortExperts) {
     int threads = 32;
     while (threads < p.n_experts) threads *= 2;
-    K3_CUDA_CHECK(LaunchKernel(RouterSortKernel, static_cast<unsigned>(p.n_tokens), threads, 0, stream, p));
+    if (p.k <= kTopKMax) {
+      K3_CUDA_CHECK(LaunchKernel(RouterTopKKernel, static_cast<unsigned>(p.n_tokens), threads, 0, stream, p));
+    } else {
+      K3_CUDA_CHECK(LaunchKernel(RouterSortKernel, static_cast<unsigned>(p.n_tokens), threads, 0, stream, p));
+    }
   } else {
     K3_CUDA_CHECK(LaunchKernel(RouterKernel, static_cast<unsigned>(p.n_tokens), kThreads, 0, stream, p));
   }
