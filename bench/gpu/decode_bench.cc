@@ -25,6 +25,7 @@
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
+// --one-stream: decode steps on one stream (CudaEngineOptions::side_streams off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
@@ -95,7 +96,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
-  bool fused_residual = false;
+  bool fused_residual = false, side_streams = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -116,6 +117,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
+    else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
@@ -153,6 +155,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.tc_mla_decode = tc_mla;
   opt.int8_expert_x = int8_experts;
   opt.fused_residual = fused_residual;
+  opt.side_streams = side_streams;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
   if (mla_mha_min_rows >= 0) opt.mla_mha_min_rows = mla_mha_min_rows;
   opt.use_graphs = graphs;

@@ -642,7 +642,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const bool moe_grouped = !exact && n > kMoePairMaxRows;
   // Independent branches of a layer run on the side stream when no product of the step takes the
   // tile GEMM (none uses its workspace; Product: steps of up to kMmaMaxRows rows never do).
-  const bool side = !grouped;
+  const bool side = !grouped && options_.side_streams;
   // A MoE layer's shared experts: out[n][H] = down(situ(gate·h, up·h)), on stream `st`.
   auto SharedExperts = [&](const DMoe& w, const float* h, int64_t rows, float* out, cudaStream_t st) -> cudaError_t {
     const int64_t Fs = w.shared_gate.rows;

@@ -95,6 +95,10 @@ struct CudaEngineOptions {
   // already hides them (3.097 -> 3.090 ms at batch 1, 15.49 -> 15.54 at 16, 30.47 -> 30.60 at 32):
   // the fused kernel is one long dependent chain on 8 SMs (~9 us under ncu).
   bool fused_residual = false;
+  // Decode-sized steps run independent branches of a layer (KDA's gate and beta, MLA's kv_a and
+  // output gate, MoE's latent projection and shared experts) on a second stream, forked and joined
+  // by events. Off: one stream (the A/B switch of the benchmarks).
+  bool side_streams = true;
   // Steps of at least this many rows (prefill chunks) run their plain products on cuBLAS's f16
   // GEMM (kernels/cuda/quant_gemm/blas_gemm.h: the tile GEMM's operands, ~3x its rate on the K3
   // projections; the weights are decoded to f16 a block of rows at a time into a 64 MiB scratch,
