@@ -360,6 +360,8 @@ void RunDirectCases(FILE* csv) {
       {"attn_output 12288->7168", GgmlType::kQ8_0, 7168, 12288},
       {"7168->3584", GgmlType::kQ8_0, 3584, 7168},
       {"3584->7168", GgmlType::kQ8_0, 7168, 3584},
+      {"shexp_gate_up 7168->6144", GgmlType::kQ8_0, 6144, 7168},
+      {"shexp_down 6144->7168", GgmlType::kQ8_0, 7168, 6144},
       {"dense_ffn_up 7168->33792", GgmlType::kQ8_0, 33792, 7168},
       {"dense_ffn_down 33792->7168", GgmlType::kQ8_0, 7168, 33792},
       {"lm_head 7168->163840", GgmlType::kQ8_0, 163840, 7168},
