@@ -1,12 +1,12 @@
-// One residual step of a decode-sized batch in one launch, a cluster of 8 blocks per token: the layer's delta
-// added into the stream, the stream banked (a checkpoint layer), the cross-layer residual mix
-// (residual_mix.h) and the RMS norm of the mix:
+// One residual step of a decode-sized batch in one launch, a cluster of 8 blocks per token: the
+// layer's delta added into the stream, the stream banked (a checkpoint layer), the cross-layer
+// residual mix (residual_mix.h) and the RMS norm of the mix:
 //   x'   = restart ? (d0 + d1) : x + (d0 + d1)      (d1 optional; no d0: x' = x)
 //   bank_out = x'                                   (optional)
 //   y    = RmsNorm(ResidualMix(bank[0..n_ckpt), x', score_w), norm_w)
-// The engine's AddInto + ResidualMix (two launches) + RowNorm in one: four launches and three
-// round trips of the 7168-wide rows fewer per half-layer. The same function per token as
-// k3::cpu (x + d0, then + d1, as AddInto did: d0 + d1 first, then x + that).
+// The engine's AddInto + ResidualMix (two launches) + RowNorm in one (CudaEngineOptions::
+// fused_residual, off by default: it did not shorten the graph-replayed step). The same function
+// per token as k3::cpu; x' exactly the engine's two adds (d0 + d1 first, then x + that).
 #pragma once
 
 #include <cuda_runtime.h>
