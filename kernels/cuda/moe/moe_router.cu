@@ -15,6 +15,15 @@ constexpr int kMaxK = 64;
 // (value, index) ordering of the selection: larger value first, then lower index.
 __device__ __forceinline__ bool Better(float v, int i, float bv, int bi) { return v > bv || (v == bv && i < bi); }
 
+// A chosen expert's weight from its probability and the Σ of the chosen probabilities (in choice
+// order): normalized (floored at 2^-14) and scaled as the CPU's RouteToken.
+__device__ __forceinline__ float ChosenWeight(float prob, float sum, const MoeRouterParams& p) {
+  float w = prob;
+  if (p.normalize) w /= fmaxf(sum, 6.103515625e-5f);
+  if (p.scale != 0.0f && p.scale != 1.0f) w *= p.scale;
+  return w;
+}
+
 // One block per token. Probabilities and selection scores live in registers (8 per thread);
 // top-k is k rounds of a block-wide arg-max (warp shuffles, then one shared-memory round), the
 // winner being marked taken in its owner's registers.
@@ -118,14 +127,9 @@ __global__ void __launch_bounds__(kThreads) RouterKernel(const MoeRouterParams p
   if (tid == 0) {
     float sum = 0.0f;
     for (int r = 0; r < p.k; ++r) sum += s_w[r];
-    const float denom = p.normalize ? fmaxf(sum, 6.103515625e-5f) : 1.0f;
-    const bool scaled = p.scale != 0.0f && p.scale != 1.0f;
     for (int r = 0; r < p.k; ++r) {
-      float w = s_w[r];
-      if (p.normalize) w /= denom;
-      if (scaled) w *= p.scale;
       p.ids[t * p.k + r] = s_ids[r];
-      p.weights[t * p.k + r] = w;
+      p.weights[t * p.k + r] = ChosenWeight(s_w[r], sum, p);
     }
   }
 }
@@ -139,6 +143,23 @@ __global__ void __launch_bounds__(kThreads) RouterKernel(const MoeRouterParams p
 // one-warp-per-token kernel's 16 rounds of 28-value scans took 15 us per token (ncu, H200).
 constexpr int kSortExperts = 1024;
 
+// The one-expert-per-thread kernels' start: thread tid's probability (0 at padding slots tid >=
+// n_experts) by sigmoid, or by softmax over the block (block max, then exp and block sum: a fixed
+// order, the same for every batch). Every thread of the block must call it.
+__device__ __forceinline__ float ThreadExpertProb(const MoeRouterParams& p, int64_t t, float* s_scratch) {
+  const int tid = threadIdx.x, lane = tid & 31, N = blockDim.x;
+  const bool real = tid < p.n_experts;
+  const float x = real ? p.logits[t * p.logits_stride + tid] : -INFINITY;
+  if (p.sigmoid) return real ? detail::SigmoidF(x) : 0.0f;
+  float mx = detail::WarpMax(x);
+  if (lane == 0) s_scratch[tid >> 5] = mx;
+  __syncthreads();
+  mx = lane < (N >> 5) ? s_scratch[lane] : -INFINITY;
+  mx = detail::WarpMax(mx);
+  const float e = real ? expf(x - mx) : 0.0f;
+  return e / detail::BlockSum(e, s_scratch);
+}
+
 __global__ void __launch_bounds__(kSortExperts) RouterSortKernel(const MoeRouterParams p) {
   PdlEnter();
   __shared__ float s_prob[kSortExperts];
@@ -148,22 +169,8 @@ __global__ void __launch_bounds__(kSortExperts) RouterSortKernel(const MoeRouter
   __shared__ int s_sel[kMaxK];
   const int64_t t = blockIdx.x;
   const int tid = threadIdx.x, N = blockDim.x;
-  const int n = static_cast<int>(p.n_experts);
-  const bool real = tid < n;
-  const float x = real ? p.logits[t * p.logits_stride + tid] : -INFINITY;
-  float prob;
-  if (p.sigmoid) {
-    prob = real ? detail::SigmoidF(x) : 0.0f;
-  } else {
-    // softmax: block max, then exp and block sum (a fixed order: the same for every batch)
-    float mx = detail::WarpMax(x);
-    if ((tid & 31) == 0) s_scratch[tid >> 5] = mx;
-    __syncthreads();
-    mx = (tid & 31) < (N >> 5) ? s_scratch[tid & 31] : -INFINITY;
-    mx = detail::WarpMax(mx);
-    const float e = real ? expf(x - mx) : 0.0f;
-    prob = e / detail::BlockSum(e, s_scratch);
-  }
+  const bool real = tid < p.n_experts;
+  const float prob = ThreadExpertProb(p, t, s_scratch);
   if (real) s_prob[tid] = prob;
   float v = real ? prob + (p.selection_bias != nullptr ? p.selection_bias[tid] : 0.0f) : -INFINITY;
   int i = tid;  // padding slots: -inf at indices >= n, after every real expert
@@ -198,14 +205,9 @@ __global__ void __launch_bounds__(kSortExperts) RouterSortKernel(const MoeRouter
   if (tid == 0) {
     float sum = 0.0f;  // Σ of the chosen probabilities in choice order, as RouterKernel
     for (int r = 0; r < p.k; ++r) sum += s_prob[s_sel[r]];
-    const float denom = p.normalize ? fmaxf(sum, 6.103515625e-5f) : 1.0f;
-    const bool scaled = p.scale != 0.0f && p.scale != 1.0f;
     for (int r = 0; r < p.k; ++r) {
-      float w = s_prob[s_sel[r]];
-      if (p.normalize) w /= denom;
-      if (scaled) w *= p.scale;
       p.ids[t * p.k + r] = s_sel[r];
-      p.weights[t * p.k + r] = w;
+      p.weights[t * p.k + r] = ChosenWeight(s_prob[s_sel[r]], sum, p);
     }
   }
 }
@@ -229,22 +231,8 @@ __global__ void __launch_bounds__(kSortExperts) RouterTopKKernel(const MoeRouter
   __shared__ float s_scratch[32];
   const int64_t t = blockIdx.x;
   const int tid = threadIdx.x, N = blockDim.x, lane = tid & 31, warp = tid >> 5;
-  const int n = static_cast<int>(p.n_experts);
-  const bool real = tid < n;
-  const float x = real ? p.logits[t * p.logits_stride + tid] : -INFINITY;
-  float prob;
-  if (p.sigmoid) {
-    prob = real ? detail::SigmoidF(x) : 0.0f;
-  } else {
-    // softmax: block max, then exp and block sum (RouterSortKernel's order)
-    float mx = detail::WarpMax(x);
-    if (lane == 0) s_scratch[warp] = mx;
-    __syncthreads();
-    mx = lane < (N >> 5) ? s_scratch[lane] : -INFINITY;
-    mx = detail::WarpMax(mx);
-    const float e = real ? expf(x - mx) : 0.0f;
-    prob = e / detail::BlockSum(e, s_scratch);
-  }
+  const bool real = tid < p.n_experts;
+  const float prob = ThreadExpertProb(p, t, s_scratch);
   if (real) s_prob[tid] = prob;
   float v = real ? prob + (p.selection_bias != nullptr ? p.selection_bias[tid] : 0.0f) : -INFINITY;
   int i = tid;  // padding slots: -inf at indices >= n, after every real expert
@@ -295,13 +283,8 @@ __global__ void __launch_bounds__(kSortExperts) RouterTopKKernel(const MoeRouter
   float sum = 0.0f;
   for (int r = 0; r < p.k; ++r) sum += __shfl_sync(detail::kFullMask, w_r, r);
   if (lane < p.k) {
-    const float denom = p.normalize ? fmaxf(sum, 6.103515625e-5f) : 1.0f;
-    const bool scaled = p.scale != 0.0f && p.scale != 1.0f;
-    float w = w_r;
-    if (p.normalize) w /= denom;
-    if (scaled) w *= p.scale;
     p.ids[t * p.k + lane] = i;
-    p.weights[t * p.k + lane] = w;
+    p.weights[t * p.k + lane] = ChosenWeight(w_r, sum, p);
   }
 }
 
