@@ -26,6 +26,10 @@
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
 // --one-stream: decode steps on one stream (CudaEngineOptions::side_streams off);
+// --l2-prefetch MB: decode steps prefetch up to MB MiB of the next products' weights into L2
+// (CudaEngineOptions::l2_prefetch_mb; 0: off; default: the engine's);
+// --unfused-gate-up: with --int8-experts, the experts' gate, up and activation as three launches
+// (CudaEngineOptions::fused_gate_up off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
@@ -95,8 +99,9 @@ int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
+  int64_t l2_prefetch_mb = -1;  // -1: the engine's default
   bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
-  bool fused_residual = false, side_streams = true;
+  bool fused_residual = false, side_streams = true, fused_gate_up = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -118,6 +123,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
+    else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
+    else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
@@ -156,6 +163,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.int8_expert_x = int8_experts;
   opt.fused_residual = fused_residual;
   opt.side_streams = side_streams;
+  opt.fused_gate_up = fused_gate_up;
+  if (l2_prefetch_mb >= 0) opt.l2_prefetch_mb = l2_prefetch_mb;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
   if (mla_mha_min_rows >= 0) opt.mla_mha_min_rows = mla_mha_min_rows;
   opt.use_graphs = graphs;
@@ -211,10 +220,11 @@ int Main(int argc, char** argv, int rank, int ranks) {
   if (lead) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-        "decode MLA %s; expert inputs %s; residual steps %s; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
+        "decode MLA %s; expert inputs %s (gate|up %s); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
-        tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_residual ? "fused" : "unfused",
+        tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused", fused_residual ? "fused" : "unfused",
+        static_cast<long long>(opt.l2_prefetch_mb),
         static_cast<long long>(opt.dense_gemv_max_rows), static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,

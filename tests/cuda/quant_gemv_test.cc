@@ -14,6 +14,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cpu/activation.h"
+#include "kernels/cuda/activation/activation.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/dot.h"
@@ -281,6 +283,129 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_Int8X) {
   std::printf("int8 x vs exact, 3584 -> 3072: relative L2 %.2e\n", rel);
   EXPECT_LT(rel, 1e-2);
   EXPECT_GT(rel, 1e-5);  // the rounding is really there (not the f32 path)
+}
+
+// The fused gate|up product with the activation (QuantGemvGateUpSitu) against the three launches it
+// replaces (QuantGemv on each stack, int8 x, then Situ): bit for bit, every output written and the
+// padding untouched; and against the CPU (the int8 function per row, then the CPU's situ).
+struct GateUpCase {
+  int64_t rows, cols, n_tokens, n_mats, n_pool;
+  bool shared_x;
+};
+
+void RunGateUp(const GateUpCase& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "gate|up rows " << c.rows << " cols " << c.cols << " tokens " << c.n_tokens
+                                    << " mats " << c.n_mats << "/" << c.n_pool << " shared x " << c.shared_x);
+  constexpr float kBeta = 4.0f, kLambda = 25.0f;  // K3's situ_beta, situ_linear_beta
+  std::mt19937_64 rng(seed);
+  const size_t row_bytes = static_cast<size_t>(c.cols / 256 * 50);
+  const size_t mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
+  std::vector<uint8_t> gate(mat_stride * c.n_pool), up(mat_stride * c.n_pool);
+  for (int64_t m = 0; m < c.n_pool; ++m) {
+    const auto g = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
+    const auto u = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
+    std::copy(g.begin(), g.end(), gate.begin() + m * mat_stride);
+    std::copy(u.begin(), u.end(), up.begin() + m * mat_stride);
+  }
+  std::vector<int32_t> ids(c.n_mats);
+  for (auto& id : ids) id = static_cast<int32_t>(rng() % c.n_pool);
+  const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
+  const int64_t x_slots = c.shared_x ? 1 : c.n_mats;
+  // x ~ N(0, 0.5): gate and up values of a few units, where situ is far from linear
+  const std::vector<float> x = Normal(rng, x_slots * c.n_tokens * x_stride, 0.0, 0.5);
+  DeviceBuffer<uint8_t> d_gate(gate), d_up(up);
+  DeviceBuffer<float> d_x(x);
+  DeviceBuffer<int32_t> d_ids(ids);
+  const size_t y_floats = static_cast<size_t>(c.n_mats * c.n_tokens * y_stride);
+  DeviceBuffer<float> d_y(y_floats), d_g(y_floats), d_u(y_floats);
+  d_y.Poison();
+  d_g.Poison();
+  d_u.Poison();
+
+  QuantGemvParams p = PackedIq1s(d_gate.get(), d_x.get(), d_g.get(), c.rows, c.cols);
+  p.n_mats = c.n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  p.mat_ids = d_ids.get();
+  p.x_stride = x_stride;
+  p.x_mat_stride = c.shared_x ? 0 : c.n_tokens * x_stride;
+  p.y_stride = y_stride;
+  p.y_mat_stride = c.n_tokens * y_stride;
+  p.n_tokens = c.n_tokens;
+  p.int8_x = true;
+  ASSERT_TRUE(QuantGemvGateUpSupports(p));
+  K3_ASSERT_LAUNCH(QuantGemv(p, nullptr));
+  QuantGemvParams pu = p;
+  pu.weight = d_up.get();
+  pu.y = d_u.get();
+  K3_ASSERT_LAUNCH(QuantGemv(pu, nullptr));
+  SituParams sp{d_g.get(), d_u.get(), d_g.get(), c.n_mats * c.n_tokens, c.rows, y_stride, y_stride, y_stride,
+                kBeta, kLambda};
+  K3_ASSERT_LAUNCH(Situ(sp, nullptr));
+  QuantGemvGateUpParams gp{p, d_up.get(), kBeta, kLambda};
+  gp.gate.y = d_y.get();
+  K3_ASSERT_LAUNCH(QuantGemvGateUpSitu(gp, nullptr));
+  const std::vector<float> got = d_y.Download(), three = d_g.Download();
+
+  // the padding of the unfused output is NaN too (Situ writes rows only): compare every byte
+  EXPECT_EQ(0, std::memcmp(got.data(), three.data(), y_floats * sizeof(float)));
+  double num = 0, den = 0;
+  int64_t pad_written = 0;
+  for (int64_t s = 0; s < c.n_mats; ++s) {
+    const uint8_t* g_mat = gate.data() + ids[s] * mat_stride;
+    const uint8_t* u_mat = up.data() + ids[s] * mat_stride;
+    for (int64_t t = 0; t < c.n_tokens; ++t) {
+      const float* xs = x.data() + ((c.shared_x ? 0 : s * c.n_tokens) + t) * x_stride;
+      const float* ys = got.data() + (s * c.n_tokens + t) * y_stride;
+      for (int64_t r = 0; r < c.rows; ++r) {
+        double bound = 0;
+        const float gv = static_cast<float>(Iq1sInt8XRow(g_mat + r * row_bytes, c.cols, xs, &bound));
+        const float uv = static_cast<float>(Iq1sInt8XRow(u_mat + r * row_bytes, c.cols, xs, &bound));
+        const double want = cpu::Situ(gv, uv, kBeta, kLambda);
+        num += (ys[r] - want) * (ys[r] - want);
+        den += want * want;
+      }
+      for (int64_t r = c.rows; r < y_stride; ++r) pad_written += !std::isnan(ys[r]);
+    }
+  }
+  EXPECT_EQ(pad_written, 0);
+  EXPECT_LT(std::sqrt(num / den), 1e-5);
+}
+
+TEST(QuantGemvTest, Iq1sGateUpSituMatchesThreeLaunches) {
+  K3_REQUIRE_GPU();
+  RunGateUp({3072, 3584, 1, 16, 24, true}, 301);   // K3's experts at batch 1 (one latent row for all)
+  RunGateUp({3072, 3584, 1, 32, 48, false}, 302);  // two tokens' experts, x per slot
+  RunGateUp({97, 3328, 2, 6, 9, false}, 303);      // 13 blocks per row; a last tile of 1 row; 2 tokens
+  RunGateUp({33, 3584, 1, 40, 48, false}, 304);    // tiles of 32 + 1 rows, ranges crossing matrices
+  RunGateUp({256, 256, 1, 4, 32, true}, 305);      // the golden model's expert shape (one block)
+}
+
+TEST(QuantGemvTest, Iq1sGateUpSituRejects) {
+  K3_REQUIRE_GPU();
+  DeviceBuffer<uint8_t> w(50 * 64 + 64);
+  DeviceBuffer<float> x(512), y(64);
+  QuantGemvParams p = PackedIq1s(w.get(), x.get(), y.get(), 64, 256);
+  p.n_tokens = 1;
+  p.int8_x = true;
+  EXPECT_TRUE(QuantGemvGateUpSupports(p));
+  QuantGemvGateUpParams gp{p, w.get(), 4.0f, 25.0f};
+  gp.up_weight = nullptr;
+  EXPECT_EQ(QuantGemvGateUpSitu(gp, nullptr), cudaErrorInvalidValue);
+  gp.up_weight = w.get() + 8;
+  EXPECT_EQ(QuantGemvGateUpSitu(gp, nullptr), cudaErrorMisalignedAddress);
+  gp.up_weight = w.get();
+  gp.situ_beta = 0.0f;
+  EXPECT_EQ(QuantGemvGateUpSitu(gp, nullptr), cudaErrorInvalidValue);
+  gp.situ_beta = 4.0f;
+  gp.gate.int8_x = false;  // the exact f32 path has no fused form
+  EXPECT_FALSE(QuantGemvGateUpSupports(gp.gate));
+  EXPECT_EQ(QuantGemvGateUpSitu(gp, nullptr), cudaErrorInvalidValue);
+  gp.gate.int8_x = true;
+  gp.gate.cols = 4096;  // 16 blocks: wider than the lane-per-row kernel takes
+  gp.gate.row_bytes = 16 * 50;
+  EXPECT_FALSE(QuantGemvGateUpSupports(gp.gate));
+  gp.gate.type = GgmlType::kQ8_0;
+  EXPECT_FALSE(QuantGemvGateUpSupports(gp.gate));
 }
 
 // The IQ1_S sub-block kernel's order of summation depends on the shape only: token 0's outputs are

@@ -11,6 +11,7 @@
 #include "kernels/cuda/activation/activation.h"
 #include "kernels/cuda/band_top/band_top.h"
 #include "kernels/cuda/kda/kda.h"
+#include "kernels/cuda/l2_prefetch/l2_prefetch.h"
 #include "kernels/cuda/mla/mla_decode.h"
 #include "kernels/cuda/mla/mla_prefill.h"
 #include "kernels/cuda/mla/mla_prefill_mha.h"
@@ -18,6 +19,7 @@
 #include "kernels/cuda/moe/moe_router.h"
 #include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/residual_mix/add_mix_norm.h"
 #include "kernels/cuda/residual_mix/residual_mix.h"
 #include "kernels/cuda/short_conv/short_conv.h"
@@ -103,6 +105,9 @@ CudaEngine::~CudaEngine() {
   if (fork_event_) cudaEventDestroy(fork_event_);
   if (join_event_) cudaEventDestroy(join_event_);
   if (mid_event_) cudaEventDestroy(mid_event_);
+  if (prefetch_event_) cudaEventDestroy(prefetch_event_);
+  if (prefetch_join_) cudaEventDestroy(prefetch_join_);
+  if (prefetch_stream_) cudaStreamDestroy(prefetch_stream_);
   if (side_stream_) cudaStreamDestroy(side_stream_);
   if (stream_ && own_stream_) cudaStreamDestroy(stream_);
 }
@@ -209,6 +214,10 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_CU(cudaEventCreateWithFlags(&fork_event_, cudaEventDisableTiming));
   K3_CU(cudaEventCreateWithFlags(&join_event_, cudaEventDisableTiming));
   K3_CU(cudaEventCreateWithFlags(&mid_event_, cudaEventDisableTiming));
+  K3_CU(cudaStreamCreateWithFlags(&prefetch_stream_, cudaStreamNonBlocking));
+  K3_CU(cudaEventCreateWithFlags(&prefetch_event_, cudaEventDisableTiming));
+  K3_CU(cudaEventCreateWithFlags(&prefetch_join_, cudaEventDisableTiming));
+  if (options.l2_prefetch_mb < 0) return absl::InvalidArgumentError("l2_prefetch_mb must be >= 0");
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
   if (options.blas_min_rows < 0) return absl::InvalidArgumentError("blas_min_rows must be >= 0");
@@ -670,6 +679,37 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     const cudaError_t e = cudaEventRecord(join_event_, side_stream_);
     return e != cudaSuccess ? e : cudaStreamWaitEvent(s, join_event_, 0);
   };
+  // L2 prefetch of up to l2_prefetch_mb MiB of the bytes product `w` will read first (its direct
+  // form: for repacked Q8_0, the leading rows' quants and their scales), on prefetch_stream_ from
+  // this point of s on. Decode-sized steps only (their products are the direct GEMVs).
+  const size_t prefetch_cap = static_cast<size_t>(options_.l2_prefetch_mb) << 20;
+  const bool prefetching = prefetch_cap > 0 && v.run == 1 && n <= kGemvMaxRows;
+  bool prefetched = false;
+  auto prefetch = [&](const DMat& w) -> cudaError_t {
+    if (!prefetching || w.direct == nullptr) return cudaSuccess;
+    cuda::L2PrefetchRange a{w.direct, 0}, b{nullptr, 0};
+    if (w.type == quant::GgmlType::kQ8_0) {  // the quants of the leading rows, then their scales
+      const size_t row_total = static_cast<size_t>(w.cols) + static_cast<size_t>(w.cols / 32) * 2;
+      const size_t rows = std::min<size_t>(w.rows, prefetch_cap / row_total);
+      a.bytes = rows * static_cast<size_t>(w.cols);
+      b = {static_cast<const uint8_t*>(w.direct) + cuda::RepackedQ8_0ScaleOffset(w.rows, w.cols),
+           rows * static_cast<size_t>(w.cols / 32) * 2};
+    } else {
+      a.bytes = std::min<size_t>(prefetch_cap, static_cast<size_t>(w.rows) * w.row_bytes);
+    }
+    cudaError_t e = cudaEventRecord(prefetch_event_, s);
+    if (e == cudaSuccess) e = cudaStreamWaitEvent(prefetch_stream_, prefetch_event_, 0);
+    if (e == cudaSuccess) e = cuda::L2Prefetch(a, b, prefetch_stream_);
+    prefetched = prefetched || e == cudaSuccess;
+    return e;
+  };
+  // The first product of layer il (what the layer boundary's mix and norm wait before).
+  auto first_product = [&](int64_t il) -> const DMat* {
+    if (il >= c.n_layers) return nullptr;
+    const DLayer& l = m.layers[il];
+    if (c.is_mla(il)) return &l.mla.q_a;
+    return l.kda.in_proj.direct != nullptr ? &l.kda.in_proj : &l.kda.q;
+  };
   int n_ckpt = 0;
   // Rows [row0, row0 + rows) of src (and of the bank) mixed into dst.
   auto mix = [&](const float* w, const float* src, float* dst, int64_t row0 = 0, int64_t rows = -1) -> cudaError_t {
@@ -732,6 +772,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const size_t elem = options_.cache_f16 ? 2 : 4;
   const int64_t page_elems = c.n_mla_layers() * options_.page_size * c.mla_row;
 
+  if (const DMat* first = first_product(0)) K3_CU(prefetch(*first));
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const DLayer& lw = m.layers[il];
     K3_RETURN_IF_ERROR(mark(kMixNorm));
@@ -765,6 +806,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Prod(w.q_a, m.h, H, m.qa, ql, n));
       K3_CU(Rms(m.qa, m.qa, w.q_a_norm, n, ql, eps, s));
       K3_CU(Prod(w.q_b, m.qa, ql, m.qf, nh * qk, n));
+      K3_CU(prefetch(w.out));  // during the absorption, attention and the value products
       if (side) {
         K3_CU(cudaStreamWaitEvent(s, mid_event_, 0));
       } else {
@@ -913,6 +955,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(gate_and_beta(side_stream_));
       }
       if (stacked) K3_CU(Prod(w.in_proj, m.h, H, m.in_proj, Wp, n));
+      K3_CU(prefetch(w.out));  // during the convs, the recurrence and the gated norm
       // One token per sequence: the three convolutions and the L2 norms of q and k in one launch
       // (bit-identical to the five below).
       const bool conv_decode = v.run == 1 && hd <= cuda::kShortConvDecodeMaxGroup;
@@ -1085,9 +1128,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         const int64_t xe_mat = n == 1 ? 0 : L;
         if (n > 1) K3_CU(ExpandRows(m.r, n, K, L, m.xe, s));
         const bool i8 = options_.int8_expert_x;
-        K3_CU(GemvStack(w.gate_exps, ids_l, n * K, xe, L, xe_mat, m.ge, Fw, Fw, 1, s, i8));
-        K3_CU(GemvStack(w.up_exps, ids_l, n * K, xe, L, xe_mat, m.ue, Fw, Fw, 1, s, i8));
-        K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
+        // The fused gate|up launch saves a launch and the Situ pass but puts the activation inside
+        // the kernel's tile loop: a gain at batch 1, none at 16, a loss at 64 (H200, slice8).
+        const bool fuse_gate_up = options_.fused_gate_up && n <= kFusedGateUpMaxRows;
+        K3_CU(GemvStackGateUp(w.gate_exps, w.up_exps, ids_l, n * K, xe, L, xe_mat, m.ge, m.ue, Fw, Fw, c, s, i8,
+                              fuse_gate_up));
+        K3_CU(prefetch(w.routed_up));  // during the down-products, the combine and the norm
         K3_CU(GemvStack(w.down_exps, ids_l, n * K, m.ge, Fw, Fw, m.ye, L, L, 1, s, i8));
         K3_CU(CombineExperts(m.ye, wts_l, n, K, L, mm, s));
       }
@@ -1109,6 +1155,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(AddInto(m.delta, sh, n * H, true, s));
       }
     }
+    if (const DMat* next = first_product(il + 1)) K3_CU(prefetch(*next));  // during the mix and norm
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     if (fuse_residual) {
       pend0 = m.delta;
@@ -1132,6 +1179,10 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     K3_CU(mix(m.output_res_score, m.x, m.y, v.head_row, hr));
     K3_CU(Rms(yh, yh, m.output_norm, hr, H, eps, s));
     K3_CU(Prod(m.output, yh, H, m.logits, shard_.vocab_width, hr));
+  }
+  if (prefetched) {  // the prefetch stream back into s (a graph capture must end joined)
+    K3_CU(cudaEventRecord(prefetch_join_, prefetch_stream_));
+    K3_CU(cudaStreamWaitEvent(s, prefetch_join_, 0));
   }
   K3_RETURN_IF_ERROR(mark(kMarks));
   return absl::OkStatus();

@@ -3,6 +3,7 @@
 #include "kernels/cuda/activation/activation.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
+#include "kernels/cuda/quant_gemv/quant_gemv.h"
 
 namespace k3::engine_cuda {
 namespace {
@@ -64,6 +65,27 @@ cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const
   p.x_mat_stride = x_mat;
   p.y_mat_stride = y_mat;
   return cuda::QuantGemv(p, s);
+}
+
+cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t* ids, int64_t n_mats, const float* x,
+                            int64_t x_stride, int64_t x_mat, float* g, float* u, int64_t y_stride, int64_t y_mat,
+                            const model::K3Config& c, cudaStream_t s, bool int8_x, bool fused) {
+  auto p = ProductParams<cuda::QuantGemvParams>(gate, x, x_stride, g, y_stride, 1);
+  p.int8_x = int8_x;
+  p.n_mats = n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(gate.matrix_stride);
+  p.mat_ids = ids;
+  p.x_mat_stride = x_mat;
+  p.y_mat_stride = y_mat;
+  const bool same_shape = up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols &&
+                          up.row_bytes == gate.row_bytes && up.matrix_stride == gate.matrix_stride;
+  if (fused && int8_x && same_shape && cuda::QuantGemvGateUpSupports(p)) {
+    return cuda::QuantGemvGateUpSitu(cuda::QuantGemvGateUpParams{p, up.data, c.situ_beta, c.situ_linear_beta}, s);
+  }
+  cudaError_t e = GemvStack(gate, ids, n_mats, x, x_stride, x_mat, g, y_stride, y_mat, 1, s, int8_x);
+  if (e == cudaSuccess) e = GemvStack(up, ids, n_mats, x, x_stride, x_mat, u, y_stride, y_mat, 1, s, int8_x);
+  if (e == cudaSuccess) e = SituInto(g, u, n_mats, gate.rows, c, s);
+  return e;
 }
 
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,

@@ -1,5 +1,7 @@
 #include "kernels/cuda/activation/activation.h"
 
+#include "kernels/cuda/activation/situ.cuh"
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -12,8 +14,7 @@ using detail::SigmoidF;
 constexpr int kThreads = 256;
 
 // Grid: (column blocks, min(rows, kMaxGridRows)), rows strided by gridDim.y (a prefill chunk of
-// 4096 tokens has 65536 expert rows, past the grid's y limit). Accurate tanhf/expf: the CPU
-// reference uses libm.
+// 4096 tokens has 65536 expert rows, past the grid's y limit).
 constexpr int64_t kMaxGridRows = 65535;
 
 __global__ void SituKernel(const SituParams p) {
@@ -21,10 +22,7 @@ __global__ void SituKernel(const SituParams p) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= p.width) return;
   for (int64_t t = blockIdx.y; t < p.n_tokens; t += gridDim.y) {
-    const float g = p.g[t * p.g_stride + i], u = p.u[t * p.u_stride + i];
-    const float a = p.beta * tanhf(g / p.beta) * SigmoidF(g);
-    const float b = p.lambda > 0.0f ? p.lambda * tanhf(u / p.lambda) : u;
-    p.out[t * p.out_stride + i] = a * b;
+    p.out[t * p.out_stride + i] = detail::SituValue(p.g[t * p.g_stride + i], p.u[t * p.u_stride + i], p.beta, p.lambda);
   }
 }
 

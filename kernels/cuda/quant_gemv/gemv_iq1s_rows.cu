@@ -44,6 +44,7 @@
 
 #include <algorithm>
 
+#include "kernels/cuda/activation/situ.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_ptx.cuh"
@@ -53,6 +54,7 @@ namespace k3::cuda::qgemv {
 namespace {
 
 constexpr int kTileRows = 64;                          // two rows per lane: lane and lane + 32
+constexpr int kHalfRows = kTileRows / 2;               // gate|up: a tile holds 32 rows of each
 constexpr int kStages = 3;                             // tiles in shared memory: two in flight
 constexpr int kGridCopies = 8;                         // copy c in banks c, c + 8, c + 16, c + 24
 constexpr int kTabBytes = 2048 * kGridCopies * 4;      // 64 KiB
@@ -63,12 +65,13 @@ constexpr int kBlockWords = 13;                        // aligned words covering
 constexpr int kXWords = 12;                            // per sub-block: 8 words of int8 x, -Σq, sx, Σx/8, 0
 
 struct RowArgs {
-  const uint8_t* w;        // matrix 0; matrices 16-byte aligned
+  const uint8_t* w;        // matrix 0; matrices 16-byte aligned (gate|up: the gate stack)
+  const uint8_t* w_up;     // gate|up: the up stack (w's shape and strides); nullptr otherwise
   int64_t mat_stride;      // bytes
   const int32_t* mat_ids;  // or nullptr
   int32_t rows;            // rows per matrix
   int32_t row_bytes;       // 50 * blocks per row
-  int32_t tiles_per_mat;   // ceil(rows / kTileRows)
+  int32_t tiles_per_mat;   // ceil(rows / rows per tile): kTileRows, or kHalfRows for gate|up
   int64_t n_tiles;         // matrices * tiles_per_mat (< 2^31)
   int64_t n_mats;
   int32_t nw;              // warps per block = blocks per row
@@ -77,13 +80,15 @@ struct RowArgs {
   int64_t x_mat_stride;
   float* y;
   int64_t y_mat_stride;
+  float situ_beta, situ_lambda;  // gate|up: y = situ(gate row, up row)
 };
 
-// A position in the launch's (matrix, 64-row tile) order.
+// A position in the launch's (matrix, tile) order; a tile is `step` rows of the matrix (64, or 32
+// rows of gate and the same 32 of up).
 struct TileCursor {
   int mat, row0;
-  __device__ __forceinline__ void Next(int rows) {
-    row0 += kTileRows;
+  __device__ __forceinline__ void Next(int rows, int step) {
+    row0 += step;
     if (row0 >= rows) row0 = 0, ++mat;
   }
 };
@@ -199,8 +204,25 @@ __device__ __forceinline__ void RowPair(const uint32_t* src0, const uint32_t* sr
 }
 
 // Sums the warps' partials of one tile in warp order (warps 0 and 1: rows lane and lane + 32) into y.
+// gate|up: warp `part` takes rows 16·part .. 16·part + 15 of the tile, lanes 0-15 their gate sums
+// and lanes 16-31 their up sums (the same loads per warp as the plain tile's), then lane j < 16
+// gets lane j + 16's sum and writes the situ of the two.
+template <bool kGateUp>
 __device__ __forceinline__ void StoreTile(const RowArgs& a, const float* red, const TileCursor& t, int warp,
                                           int lane) {
+  if constexpr (kGateUp) {
+    for (int part = warp; part < 2; part += a.nw) {  // one warp alone does both halves
+      const int r = 16 * part + (lane & 15), idx = (lane >> 4) * kHalfRows + r;
+      float v = red[idx];
+#pragma unroll 4
+      for (int w = 1; w < a.nw; ++w) v += red[w * kTileRows + idx];
+      const float u = __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane < 16 && t.row0 + r < a.rows) {
+        a.y[t.mat * a.y_mat_stride + t.row0 + r] = detail::SituValue(v, u, a.situ_beta, a.situ_lambda);
+      }
+    }
+    return;
+  }
   for (int part = warp; part < 2; part += a.nw) {  // one warp alone does both halves
     const int r = 32 * part + lane;
     float v = red[r];
@@ -216,6 +238,10 @@ __device__ __forceinline__ void StoreTile(const RowArgs& a, const float* red, co
 // red[li & 1][warp][row], and after the next tile's barrier warps 0 and 1 sum them in warp order.
 // A warp re-rounds its 256 columns of x when the tile's matrix has another x (each warp reads only
 // what it wrote: no block barrier); the next matrix's x and expert id are loaded a tile ahead.
+// kGateUp: a tile is rows row0 .. row0 + 31 of the gate matrix (lane rows) and the same rows of the
+// up matrix (lane + 32 rows), and y gets situ(gate, up): every row's two sums exactly as the plain
+// kernel forms them (a lane's two rows are independent chains), then the activation.
+template <bool kGateUp>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArgs a) {
   PdlEnter();
   extern __shared__ __align__(16) uint8_t dsm[];
@@ -243,8 +269,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
 
   const int64_t t_lo = a.n_tiles * blockIdx.x / gridDim.x, t_hi = a.n_tiles * (blockIdx.x + 1) / gridDim.x;
   const int n_local = static_cast<int>(t_hi - t_lo);
-  const TileCursor first{static_cast<int>(t_lo / a.tiles_per_mat),
-                         static_cast<int>(t_lo % a.tiles_per_mat) * kTileRows};
+  const int step = kGateUp ? kHalfRows : kTileRows;
+  const TileCursor first{static_cast<int>(t_lo / a.tiles_per_mat), static_cast<int>(t_lo % a.tiles_per_mat) * step};
   TileCursor in = first, cur = first;  // the next tile to load, the tile to compute
   auto mat_id = [&](int mat) -> int64_t {
     return a.mat_ids != nullptr && mat < a.n_mats ? static_cast<int64_t>(a.mat_ids[mat]) : mat;
@@ -254,13 +280,19 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   int in_stage = 0;
   auto issue = [&](int li) {  // tile li (the next one) into its stage, as one commit group (empty past the end)
     if (li < n_local) {
-      const uint8_t* const src = a.w + in_id * a.mat_stride + static_cast<int64_t>(in.row0) * a.row_bytes;
-      const int bytes = min(kTileRows, a.rows - in.row0) * a.row_bytes;
+      const int64_t at = in_id * a.mat_stride + static_cast<int64_t>(in.row0) * a.row_bytes;
+      const uint8_t* const src = a.w + at;
+      const int bytes = min(step, a.rows - in.row0) * a.row_bytes;
       const uint32_t dst = stage0 + in_stage * a.stage_bytes;
       for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst + k, src + k, min(16, bytes - k));
+      if constexpr (kGateUp) {  // the up rows in the stage's second half
+        const uint8_t* const up = a.w_up + at;
+        const uint32_t dst_up = dst + kHalfRows * a.row_bytes;
+        for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst_up + k, up + k, min(16, bytes - k));
+      }
       in_stage = in_stage + 1 == kStages ? 0 : in_stage + 1;
       const int m = in.mat;
-      in.Next(a.rows);
+      in.Next(a.rows, step);
       if (in.mat != m) in_id = mat_id(in.mat);  // needed a tile from now
     }
     ptx::CpAsyncCommit();
@@ -280,14 +312,14 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   for (int li = 0; li < n_local; ++li) {
     ptx::CpAsyncWait<kStages - 2>();
     __syncthreads();  // tile li is in; every warp is done with tile li - 1's stage and partials
-    if (li > 0 && warp < 2) StoreTile(a, red + ((li - 1) & 1) * (nw * kTileRows), prev, warp, lane);
+    if (li > 0 && warp < 2) StoreTile<kGateUp>(a, red + ((li - 1) & 1) * (nw * kTileRows), prev, warp, lane);
     issue(li + kStages - 1);
     if (x_mat < 0 || (cur.mat != x_mat && a.x_mat_stride != 0)) {
       x_mat = cur.mat;
       StoreXBlock(xa, xb, lane, xq);
     }
     TileCursor next = cur;
-    next.Next(a.rows);
+    next.Next(a.rows, step);
     if (li + 1 < n_local && next.mat != cur.mat && a.x_mat_stride != 0) {
       LoadX8(a.x + next.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);  // needed a tile from now
     }
@@ -309,40 +341,33 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   }
   if (n_local > 0) {
     __syncthreads();
-    if (warp < 2) StoreTile(a, red + ((n_local - 1) & 1) * (nw * kTileRows), prev, warp, lane);
+    if (warp < 2) StoreTile<kGateUp>(a, red + ((n_local - 1) & 1) * (nw * kTileRows), prev, warp, lane);
   }
 }
 
+template <bool kGateUp>
 cudaError_t LaunchRows(const RowArgs& r, cudaStream_t stream) {
   // the grid, the stages, x, two buffers of partials, and 16 bytes for the last lane's 13-word
   // read past its stage's end: 212 KB at 14 blocks per row (the 227 KB of a Hopper block)
   const int smem = kTabBytes + kStages * r.stage_bytes + 8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4 + 16;
   const int threads = 32 * r.nw;
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel);
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp>);
   int per_sm = 0;
   K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(r.n_tiles, cap)));
-  return LaunchKernel(Iq1sRowsKernel, grid, threads, smem, stream, r);
+  return LaunchKernel(Iq1sRowsKernel<kGateUp>, grid, threads, smem, stream, r);
 }
 
-}  // namespace
-
-bool Iq1sRowsApplies(const Args& a) {
-  const bool aligned = (reinterpret_cast<uintptr_t>(a.w) & 15u) == 0 && a.mat_stride % 16 == 0;
-  const int64_t tiles = a.n_mats * ((a.rows + kTileRows - 1) / kTileRows);
-  return a.bpr >= 1 && a.bpr <= kMaxWarps && aligned && tiles < (int64_t{1} << 31);
-}
-
-cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream) {
-  if (a.n_tokens != 1 || !Iq1sRowsApplies(a)) return cudaErrorInvalidValue;
+// The launch's arguments from QuantGemv's; tiles of `step` rows per matrix.
+RowArgs MakeRowArgs(const Args& a, int step) {
   RowArgs r{};
   r.w = a.w;
   r.mat_stride = a.mat_stride;
   r.mat_ids = a.mat_ids;
   r.rows = static_cast<int32_t>(a.rows);
   r.row_bytes = static_cast<int32_t>(a.row_bytes);
-  r.tiles_per_mat = static_cast<int32_t>((a.rows + kTileRows - 1) / kTileRows);
+  r.tiles_per_mat = static_cast<int32_t>((a.rows + step - 1) / step);
   r.n_tiles = a.n_mats * r.tiles_per_mat;
   r.nw = a.bpr;
   r.stage_bytes = kTileRows * r.row_bytes;  // 3200·bpr: a multiple of 16
@@ -351,7 +376,32 @@ cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream) {
   r.y = a.y;
   r.y_mat_stride = a.y_mat_stride;
   r.n_mats = a.n_mats;
-  return LaunchRows(r, stream);
+  return r;
+}
+
+}  // namespace
+
+bool Iq1sRowsApplies(const Args& a) {
+  const bool aligned = (reinterpret_cast<uintptr_t>(a.w) & 15u) == 0 && a.mat_stride % 16 == 0;
+  const int64_t tiles = a.n_mats * ((a.rows + kHalfRows - 1) / kHalfRows);  // the gate|up tiling's count
+  return a.bpr >= 1 && a.bpr <= kMaxWarps && aligned && tiles < (int64_t{1} << 31);
+}
+
+cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream) {
+  if (a.n_tokens != 1 || !Iq1sRowsApplies(a)) return cudaErrorInvalidValue;
+  return LaunchRows<false>(MakeRowArgs(a, kTileRows), stream);
+}
+
+cudaError_t LaunchIq1sRowsGateUp(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
+                                 cudaStream_t stream) {
+  if (gate.n_tokens != 1 || !Iq1sRowsApplies(gate) || up == nullptr || (reinterpret_cast<uintptr_t>(up) & 15u) != 0) {
+    return cudaErrorInvalidValue;
+  }
+  RowArgs r = MakeRowArgs(gate, kHalfRows);
+  r.w_up = up;
+  r.situ_beta = situ_beta;
+  r.situ_lambda = situ_lambda;
+  return LaunchRows<true>(r, stream);
 }
 
 }  // namespace k3::cuda::qgemv

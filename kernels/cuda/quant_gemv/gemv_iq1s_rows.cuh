@@ -22,4 +22,11 @@ bool Iq1sRowsApplies(const Args& a);
 // (LaunchIq1sSub(a, true, ...)): the same per-(row, sub-block) terms, summed in another order.
 cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream);
 
+// The gate and up products of one token per matrix and their activation in one launch:
+// y = situ(G·x, U·x), G the stack of `gate` (a's shape, ids, x, y) and U the stack at `up` (16-byte
+// aligned, gate's shape and strides). Each product's sums are exactly LaunchIq1sRows's, the
+// activation exactly Situ's (detail::SituValue).
+cudaError_t LaunchIq1sRowsGateUp(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
+                                 cudaStream_t stream);
+
 }  // namespace k3::cuda::qgemv

@@ -98,14 +98,21 @@ size_t QuantGemvMinBytes(const QuantGemvParams& p) {
           static_cast<size_t>(p.n_tokens) * (static_cast<size_t>(p.cols) + static_cast<size_t>(p.rows)) * 4u);
 }
 
-cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
-  using namespace qgemv;
-  const LaunchFn launch = FindLaunch(p.type);
-  if (launch == nullptr) return cudaErrorInvalidValue;
+namespace qgemv {
+namespace {
+
+// Validates p and fills the kernels' arguments (x, y and n_tokens are the caller's to set per pass)
+// and the block-layout kernel's shared memory. cudaSuccess with *empty set: nothing to launch.
+cudaError_t MakeArgs(const QuantGemvParams& p, Args* out, int* smem_bytes, bool* empty) {
+  *empty = false;
+  if (FindLaunch(p.type) == nullptr) return cudaErrorInvalidValue;
   const quant::TypeTraits& tr = quant::Traits(p.type);
   const int64_t be = tr.block_elems, bb = tr.block_bytes;
   if (p.rows < 0 || p.cols <= 0 || p.n_mats < 0 || p.n_tokens < 0) return cudaErrorInvalidValue;
-  if (p.rows == 0 || p.n_mats == 0 || p.n_tokens == 0) return cudaSuccess;
+  if (p.rows == 0 || p.n_mats == 0 || p.n_tokens == 0) {
+    *empty = true;
+    return cudaSuccess;
+  }
   if (p.cols % be != 0 || p.cols % 8 != 0) return cudaErrorInvalidValue;
   const int64_t bpr = p.cols / be;
   if (static_cast<int64_t>(p.row_bytes) != bpr * bb || bpr > (int64_t{1} << 30)) return cudaErrorInvalidValue;
@@ -145,7 +152,22 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   a.x_mat_stride = p.x_mat_stride;
   a.y_stride = p.y_stride;
   a.y_mat_stride = p.y_mat_stride;
-  const int smem = a.table_bytes + kWarps * 2 * kRows * a.region_bytes;  // two stages per warp
+  *smem_bytes = a.table_bytes + kWarps * 2 * kRows * a.region_bytes;  // two stages per warp
+  *out = a;
+  return cudaSuccess;
+}
+
+}  // namespace
+}  // namespace qgemv
+
+cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
+  using namespace qgemv;
+  Args a{};
+  int smem = 0;
+  bool empty = false;
+  K3_CUDA_CHECK(MakeArgs(p, &a, &smem, &empty));
+  if (empty) return cudaSuccess;
+  const LaunchFn launch = FindLaunch(p.type);
 
   // IQ1_S with int8 x (the routed experts at decode): the lane-per-row kernel, a token at a time.
   if (p.type == quant::GgmlType::kIQ1_S && p.int8_x && p.iq1s_row_lanes && Iq1sRowsApplies(a)) {
@@ -170,6 +192,34 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
     K3_CUDA_CHECK(launch(a, smem, stream));
+  }
+  return cudaSuccess;
+}
+
+bool QuantGemvGateUpSupports(const QuantGemvParams& gate) {
+  using namespace qgemv;
+  Args a{};
+  int smem = 0;
+  bool empty = false;
+  if (gate.type != quant::GgmlType::kIQ1_S || !gate.int8_x || !gate.iq1s_row_lanes) return false;
+  if (MakeArgs(gate, &a, &smem, &empty) != cudaSuccess) return false;
+  return empty || Iq1sRowsApplies(a);
+}
+
+cudaError_t QuantGemvGateUpSitu(const QuantGemvGateUpParams& p, cudaStream_t stream) {
+  using namespace qgemv;
+  if (!QuantGemvGateUpSupports(p.gate) || p.up_weight == nullptr || p.situ_beta == 0.0f) return cudaErrorInvalidValue;
+  if (!Aligned16(p.up_weight)) return cudaErrorMisalignedAddress;
+  Args a{};
+  int smem = 0;
+  bool empty = false;
+  K3_CUDA_CHECK(MakeArgs(p.gate, &a, &smem, &empty));
+  if (empty) return cudaSuccess;
+  a.n_tokens = 1;
+  for (int64_t t = 0; t < p.gate.n_tokens; ++t) {
+    a.x = p.gate.x + t * p.gate.x_stride;
+    a.y = p.gate.y + t * p.gate.y_stride;
+    K3_CUDA_CHECK(LaunchIq1sRowsGateUp(a, static_cast<const uint8_t*>(p.up_weight), p.situ_beta, p.situ_lambda, stream));
   }
   return cudaSuccess;
 }

@@ -53,6 +53,25 @@ bool QuantGemvSupports(quant::GgmlType type);
 // alignment (nothing is launched then); otherwise the launch's error, if any.
 cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream);
 
+// The routed experts' gate and up products and their activation in one launch (decode, int8 x):
+// for slot i and token t, y = situ(G_i·x, U_i·x), G the stack of `gate` (its matrices, ids, x and
+// y) and U the stack at up_weight, of gate's shape and strides. The values are exactly those of
+// QuantGemv on each stack (int8_x) followed by Situ (kernels/cuda/activation/activation.h): half
+// the launches, and no pass over the two outputs.
+struct QuantGemvGateUpParams {
+  QuantGemvParams gate;        // type IQ1_S, int8_x; QuantGemvGateUpSupports(gate) must hold
+  const void* up_weight;       // [n_mats][rows][row_bytes] device, 16-byte aligned
+  float situ_beta;             // activation.situ_beta (4)
+  float situ_lambda;           // activation.situ_linear_beta (25); <= 0 leaves the up value as is
+};
+
+// True when QuantGemvGateUpSitu takes gate's shape: the lane-per-row IQ1_S kernel's (int8 x, rows
+// of up to 3584 weights, 16-byte aligned matrices).
+bool QuantGemvGateUpSupports(const QuantGemvParams& gate);
+
+// cudaErrorInvalidValue when the shape is not supported (nothing is launched then).
+cudaError_t QuantGemvGateUpSitu(const QuantGemvGateUpParams& p, cudaStream_t stream);
+
 // Bytes the launch reads at least (weights once, x once per matrix) and writes: the numerator of
 // the achieved-bandwidth figure.
 size_t QuantGemvMinBytes(const QuantGemvParams& p);
