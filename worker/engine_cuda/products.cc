@@ -41,6 +41,20 @@ cuda::QuantGemvDirectParams DirectParams(const DMat& w, const float* x, int64_t 
   return d;
 }
 
+// The batched GEMV's params over a stack (GemvStack's slots and strides).
+cuda::QuantGemvParams StackParams(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
+                                  int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens,
+                                  bool int8_x) {
+  auto p = ProductParams<cuda::QuantGemvParams>(w, x, x_stride, y, y_stride, n_tokens);
+  p.int8_x = int8_x;
+  p.n_mats = n_mats;
+  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  p.mat_ids = ids;
+  p.x_mat_stride = x_mat;
+  p.y_mat_stride = y_mat;
+  return p;
+}
+
 // Whether a product of n rows takes cuBLAS (the handle exists only when blas_min_rows > 0).
 bool TakesBlas(const GemmScratch& ws, int64_t n) { return ws.blas.handle != nullptr && n >= ws.blas_min_rows; }
 
@@ -57,26 +71,13 @@ cudaError_t Gemv(const DMat& w, const float* x, int64_t x_stride, float* y, int6
 cudaError_t GemvStack(const DStack& w, const int32_t* ids, int64_t n_mats, const float* x, int64_t x_stride,
                       int64_t x_mat, float* y, int64_t y_stride, int64_t y_mat, int64_t n_tokens, cudaStream_t s,
                       bool int8_x) {
-  auto p = ProductParams<cuda::QuantGemvParams>(w, x, x_stride, y, y_stride, n_tokens);
-  p.int8_x = int8_x;
-  p.n_mats = n_mats;
-  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
-  p.mat_ids = ids;
-  p.x_mat_stride = x_mat;
-  p.y_mat_stride = y_mat;
-  return cuda::QuantGemv(p, s);
+  return cuda::QuantGemv(StackParams(w, ids, n_mats, x, x_stride, x_mat, y, y_stride, y_mat, n_tokens, int8_x), s);
 }
 
 cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t* ids, int64_t n_mats, const float* x,
                             int64_t x_stride, int64_t x_mat, float* g, float* u, int64_t y_stride, int64_t y_mat,
                             const model::K3Config& c, cudaStream_t s, bool int8_x, bool fused) {
-  auto p = ProductParams<cuda::QuantGemvParams>(gate, x, x_stride, g, y_stride, 1);
-  p.int8_x = int8_x;
-  p.n_mats = n_mats;
-  p.mat_stride_bytes = static_cast<int64_t>(gate.matrix_stride);
-  p.mat_ids = ids;
-  p.x_mat_stride = x_mat;
-  p.y_mat_stride = y_mat;
+  const cuda::QuantGemvParams p = StackParams(gate, ids, n_mats, x, x_stride, x_mat, g, y_stride, y_mat, 1, int8_x);
   const bool same_shape = up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols &&
                           up.row_bytes == gate.row_bytes && up.matrix_stride == gate.matrix_stride;
   if (fused && int8_x && same_shape && cuda::QuantGemvGateUpSupports(p)) {

@@ -196,24 +196,34 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
   return cudaSuccess;
 }
 
-bool QuantGemvGateUpSupports(const QuantGemvParams& gate) {
-  using namespace qgemv;
-  Args a{};
+namespace qgemv {
+namespace {
+
+// MakeArgs for the fused gate|up launch: cudaErrorInvalidValue unless the lane-per-row IQ1_S kernel
+// takes gate's shape (int8 x; *empty: nothing to launch).
+cudaError_t MakeGateUpArgs(const QuantGemvParams& gate, Args* a, bool* empty) {
+  if (gate.type != quant::GgmlType::kIQ1_S || !gate.int8_x || !gate.iq1s_row_lanes) return cudaErrorInvalidValue;
   int smem = 0;
+  K3_CUDA_CHECK(MakeArgs(gate, a, &smem, empty));
+  return *empty || Iq1sRowsApplies(*a) ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+}  // namespace
+}  // namespace qgemv
+
+bool QuantGemvGateUpSupports(const QuantGemvParams& gate) {
+  qgemv::Args a{};
   bool empty = false;
-  if (gate.type != quant::GgmlType::kIQ1_S || !gate.int8_x || !gate.iq1s_row_lanes) return false;
-  if (MakeArgs(gate, &a, &smem, &empty) != cudaSuccess) return false;
-  return empty || Iq1sRowsApplies(a);
+  return qgemv::MakeGateUpArgs(gate, &a, &empty) == cudaSuccess;
 }
 
 cudaError_t QuantGemvGateUpSitu(const QuantGemvGateUpParams& p, cudaStream_t stream) {
   using namespace qgemv;
-  if (!QuantGemvGateUpSupports(p.gate) || p.up_weight == nullptr || p.situ_beta == 0.0f) return cudaErrorInvalidValue;
-  if (!Aligned16(p.up_weight)) return cudaErrorMisalignedAddress;
   Args a{};
-  int smem = 0;
   bool empty = false;
-  K3_CUDA_CHECK(MakeArgs(p.gate, &a, &smem, &empty));
+  K3_CUDA_CHECK(MakeGateUpArgs(p.gate, &a, &empty));
+  if (p.up_weight == nullptr || p.situ_beta == 0.0f) return cudaErrorInvalidValue;
+  if (!Aligned16(p.up_weight)) return cudaErrorMisalignedAddress;
   if (empty) return cudaSuccess;
   a.n_tokens = 1;
   for (int64_t t = 0; t < p.gate.n_tokens; ++t) {
