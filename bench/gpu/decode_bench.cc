@@ -30,6 +30,8 @@
 // (CudaEngineOptions::l2_prefetch_mb; 0: off; default: the engine's);
 // --unfused-gate-up: with --int8-experts, the experts' gate, up and activation as three launches
 // (CudaEngineOptions::fused_gate_up off);
+// --no-residual-epilogue: output products write a delta that AddInto launches add to the residual
+// stream (CudaEngineOptions::residual_epilogue off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
@@ -101,7 +103,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
   bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
-  bool fused_residual = false, side_streams = true, fused_gate_up = true;
+  bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -124,6 +126,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
+    else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--mla-mha-min-rows")
@@ -164,6 +167,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.fused_residual = fused_residual;
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
+  opt.residual_epilogue = residual_epilogue;
   if (l2_prefetch_mb >= 0) opt.l2_prefetch_mb = l2_prefetch_mb;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
   if (mla_mha_min_rows >= 0) opt.mla_mha_min_rows = mla_mha_min_rows;

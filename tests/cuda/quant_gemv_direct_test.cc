@@ -175,6 +175,17 @@ TEST(QuantGemvDirectHostTest, RejectsBadArgumentsWithoutLaunching) {
   bad.cols = 12;
   bad.x_stride = 12;
   expect(bad, cudaErrorInvalidValue, "BF16 cols % 8");
+  bad = p;
+  bad.add = fake;
+  bad.add_stride = 3;
+  expect(bad, cudaErrorInvalidValue, "add_stride < rows");
+  bad = p;
+  bad.accumulate = true;
+  EXPECT_EQ(QuantGemvMma(bad, nullptr), cudaErrorInvalidValue) << "the tensor-core GEMV has no epilogue";
+  bad.accumulate = false;
+  bad.add = fake;
+  bad.add_stride = 4;
+  EXPECT_EQ(QuantGemvMma(bad, nullptr), cudaErrorInvalidValue) << "the tensor-core GEMV has no epilogue";
   // Nothing to do: success without a launch.
   bad = p;
   bad.n_tokens = 0;
@@ -511,6 +522,68 @@ TEST(QuantGemvDirectTest, MmaSmallBatches) {
   EXPECT_FALSE(QuantGemvMmaSupports(GgmlType::kQ8_0, 96));
   EXPECT_FALSE(QuantGemvMmaSupports(GgmlType::kF32, 128));
   EXPECT_TRUE(QuantGemvMmaSupports(GgmlType::kQ8_0, 7168));
+}
+
+// The epilogue (y = sum + add, then y += that with accumulate) against the plain product followed
+// by the same f32 adds on the host, bit for bit, on every path of the kernel (one slice: the warp
+// writes; several: the block's fold; R = 1), over one pass and two (11 tokens); padding untouched.
+void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << cols << " -> " << rows);
+  std::mt19937_64 rng(seed);
+  DeviceWeights w(GgmlType::kQ8_0, rows, cols);
+  MakeWeights(w, rng);
+  if (::testing::Test::HasFatalFailure()) return;
+  for (int64_t m : {1, 3, 11}) {
+    const int64_t x_stride = cols, y_stride = rows + 5, add_stride = rows + 2;
+    DeviceBuffer<float> x(Normal(rng, m * x_stride, 0.0, 1.0));
+    const std::vector<float> plain = Run(w, x, x_stride, 0, m, y_stride);
+    const std::vector<float> y0 = Normal(rng, m * y_stride, 0.0, 4.0), add = Normal(rng, m * add_stride, 0.0, 4.0);
+    DeviceBuffer<float> dadd(add);
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool use_add = variant != 1, accumulate = variant != 0;
+      DeviceBuffer<float> y(y0);
+      QuantGemvDirectParams p;
+      p.type = w.type;
+      p.weight = w.direct.get();
+      p.rows = rows;
+      p.cols = cols;
+      p.x = x.get();
+      p.x_stride = x_stride;
+      p.y = y.get();
+      p.y_stride = y_stride;
+      p.n_tokens = m;
+      p.add = use_add ? dadd.get() : nullptr;
+      p.add_stride = use_add ? add_stride : 0;
+      p.accumulate = accumulate;
+      K3_ASSERT_LAUNCH(QuantGemvDirect(p, nullptr));
+      const std::vector<float> got = y.Download();
+      std::vector<float> want = y0;
+      for (int64_t t = 0; t < m; ++t) {
+        for (int64_t r = 0; r < rows; ++r) {
+          float v = plain[t * y_stride + r];
+          if (use_add) v = v + add[t * add_stride + r];
+          want[t * y_stride + r] = accumulate ? y0[t * y_stride + r] + v : v;
+        }
+      }
+      EXPECT_TRUE(BitEqual(got.data(), want.data(), static_cast<int64_t>(want.size())))
+          << "M " << m << " add " << use_add << " accumulate " << accumulate;
+    }
+  }
+}
+
+TEST(QuantGemvDirectTest, EpilogueIsTheSeparateAdds) {
+  K3_REQUIRE_GPU();
+  QuantGemvDirectPlan plan;
+  ASSERT_TRUE(QuantGemvDirectPlanFor(GgmlType::kQ8_0, 7168, 3584, &plan));
+  EXPECT_GT(plan.slices, 1);
+  CheckEpilogue(7168, 3584, 71);  // the MoE's routed_up: slices folded by the block
+  ASSERT_TRUE(QuantGemvDirectPlanFor(GgmlType::kQ8_0, 16384, 512, &plan));
+  EXPECT_EQ(plan.slices, 1);
+  CheckEpilogue(16384, 512, 72);  // one slice: the warps write y
+  ASSERT_TRUE(QuantGemvDirectPlanFor(GgmlType::kQ8_0, 96, 7168, &plan));
+  EXPECT_EQ(plan.rows_per_warp, 1);
+  CheckEpilogue(96, 7168, 73);  // narrow: a row per warp
+  CheckEpilogue(33, 64, 74);    // a partial row group
 }
 
 TEST(QuantGemvDirectTest, GraphReplayMatchesDirectCall) {

@@ -90,8 +90,10 @@ class CudaGoldenTest : public ::testing::Test {
                                    bool tc_mla_decode = false, bool int8_expert_x = false, int64_t max_batch = 4,
                                    int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512,
                                    bool fused_residual = false, bool fused_gate_up = true,
-                                   int64_t l2_prefetch_mb = 0) {  // 0 here: the plain path is the reference
+                                   int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
+                                   bool residual_epilogue = true) {
     CudaEngineOptions opt;
+    opt.residual_epilogue = residual_epilogue;
     opt.l2_prefetch_mb = l2_prefetch_mb;
     opt.fused_residual = fused_residual;
     opt.fused_gate_up = fused_gate_up;
@@ -189,6 +191,46 @@ TEST_F(CudaGoldenTest, L2PrefetchChangesNoValue) {
     ASSERT_EQ(c.size(), d.size());
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "prompt " << p;
     EXPECT_EQ(0, std::memcmp(c.data(), d.data(), c.size() * sizeof(float))) << "prompt " << p << ", int8 experts";
+  }
+}
+
+// residual_epilogue (the default): a layer's output product adds into the residual stream in the
+// direct GEMV's epilogue (x += W·o, x += W·m + shared) instead of through a delta and AddInto
+// launches: the same f32 adds in the same order, so bit-identical logits token by token (one row)
+// and in batches of 4 (both on the direct GEMV), f32 and int8 experts.
+TEST_F(CudaGoldenTest, ResidualEpilogueChangesNoValue) {
+  for (bool i8 : {false, true}) {
+    auto on = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, i8);
+    auto off = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, i8, 4, 512, 512,
+                    /*fused_residual=*/false, /*fused_gate_up=*/true, /*l2_prefetch_mb=*/0, /*residual_epilogue=*/false);
+    ASSERT_TRUE(on && off);
+    for (size_t p = 0; p < 2; ++p) {
+      const auto a = RunTokens(*on, prompts_[p], 1100 + p), b = RunTokens(*off, prompts_[p], 1110 + p);
+      ASSERT_EQ(a.size(), b.size());
+      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "prompt " << p << " int8 " << i8;
+    }
+    // four sequences per step
+    const int64_t V = on->config().vocab;
+    std::vector<std::vector<float>> got[2];
+    CudaEngine* engines[2] = {on.get(), off.get()};
+    for (int k = 0; k < 2; ++k) {
+      got[k].resize(prompts_.size());
+      for (size_t p = 0; p < prompts_.size(); ++p) ASSERT_TRUE(engines[k]->Add(1200 + p).ok());
+      for (size_t t = 0; t < 8; ++t) {
+        std::vector<SeqInput> batch;
+        for (size_t p = 0; p < prompts_.size(); ++p) {
+          batch.push_back({static_cast<SeqId>(1200 + p), std::span<const int32_t>(&prompts_[p][t % prompts_[p].size()], 1), true});
+        }
+        auto r = engines[k]->Forward(batch);
+        ASSERT_TRUE(r.ok()) << r.status();
+        for (size_t j = 0; j < batch.size(); ++j) got[k][j].insert(got[k][j].end(), r->row(j), r->row(j) + V);
+      }
+    }
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      ASSERT_EQ(got[0][p].size(), got[1][p].size());
+      EXPECT_EQ(0, std::memcmp(got[0][p].data(), got[1][p].data(), got[0][p].size() * sizeof(float)))
+          << "batch of 4, sequence " << p << " int8 " << i8;
+    }
   }
 }
 

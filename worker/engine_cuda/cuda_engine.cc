@@ -735,6 +735,10 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const bool fuse_residual = options_.fused_residual && !grouped && H <= cuda::kAddMixNormMaxWidth;
   float* pend0 = nullptr;
   const float* pend1 = nullptr;
+  // One rank, unfused residual steps: a layer's output product that runs on the direct GEMV adds
+  // into m.x in its epilogue (the same bits as the product into m.delta and the AddInto launches).
+  const bool epilogue_ok = options_.residual_epilogue && comm_ == nullptr && !fuse_residual;
+  auto into_residual = [&](const DMat& w) { return epilogue_ok && TakesDirectGemv(w, n, exact, gemv_rows); };
   auto add_mix_norm = [&](const float* score_w, const float* norm_w, const float* d0, const float* d1, bool restart,
                           float* bank_out, float* y) -> cudaError_t {
     cuda::AddMixNormParams p;
@@ -925,7 +929,11 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         cuda::SigmoidGateMulParams gp{m.mo, m.mgate, n, nh * vd, nh * vd, nh * vd};
         K3_CU(cuda::SigmoidGateMul(gp, s));
       }
-      K3_CU(Prod(w.out, m.mo, nh * vd, m.delta, H, n));
+      if (into_residual(w.out)) {  // x (+)= out·o; a banked layer restarts the stream
+        K3_CU(ResidualGemv(w.out, m.mo, nh * vd, m.x, H, n, nullptr, !banked, s));
+      } else {
+        K3_CU(Prod(w.out, m.mo, nh * vd, m.delta, H, n));
+      }
     } else {
       K3_RETURN_IF_ERROR(mark(kKda));
       const DKda& w = lw.kda;
@@ -1030,14 +1038,19 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       if (!stacked) K3_CU(Prod(w.g, m.h, H, m.gp, D, n));
       K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, stacked ? m.in_proj + 3 * D : m.gp, cuda::NormKind::kRms,
                 stacked ? Wp : 0));
-      K3_CU(Prod(w.out, m.o, D, m.delta, H, n));
+      if (into_residual(w.out)) {
+        K3_CU(ResidualGemv(w.out, m.o, D, m.x, H, n, nullptr, !banked, s));
+      } else {
+        K3_CU(Prod(w.out, m.o, D, m.delta, H, n));
+      }
     }
-    K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
+    const bool attn_added = into_residual(c.is_mla(il) ? lw.mla.out : lw.kda.out);
+    if (!attn_added) K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     if (fuse_residual) {  // a banked layer restarts the stream
       K3_CU(add_mix_norm(lw.ffn_res_score, lw.ffn_norm, m.delta, nullptr, banked, nullptr, m.h));
     } else {
-      K3_CU(AddInto(m.x, m.delta, n * H, !banked, s));
+      if (!attn_added) K3_CU(AddInto(m.x, m.delta, n * H, !banked, s));
       K3_CU(mix(lw.ffn_res_score, m.x, m.cur));
       K3_CU(Rms(m.cur, m.h, lw.ffn_norm, n, H, eps, s));
     }
@@ -1048,8 +1061,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Prod(w.gate, m.h, H, m.dg, Fd, n));
       K3_CU(Prod(w.up, m.h, H, m.du, Fd, n));
       K3_CU(SituInto(m.dg, m.du, n, Fd, c, s));
-      K3_CU(Prod(w.down, m.dg, Fd, m.delta, H, n));
-      K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the FFN bands' partials
+      if (into_residual(w.down)) {
+        K3_CU(ResidualGemv(w.down, m.dg, Fd, m.x, H, n, nullptr, true, s));
+      } else {
+        K3_CU(Prod(w.down, m.dg, Fd, m.delta, H, n));
+        K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the FFN bands' partials
+      }
     } else {
       K3_RETURN_IF_ERROR(mark(kMoe));
       const DMoe& w = lw.moe;
@@ -1148,19 +1165,24 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_RETURN_IF_ERROR(mark(kMoe));
       }
       if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
-      K3_CU(Prod(w.routed_up, mm, L, m.delta, H, n));
-      if (fuse_residual) {
-        pend1 = w.has_shared ? sh : nullptr;
-      } else if (w.has_shared) {
-        K3_CU(AddInto(m.delta, sh, n * H, true, s));
+      if (into_residual(w.routed_up)) {  // x += up·m + shared
+        K3_CU(ResidualGemv(w.routed_up, mm, L, m.x, H, n, w.has_shared ? sh : nullptr, true, s));
+      } else {
+        K3_CU(Prod(w.routed_up, mm, L, m.delta, H, n));
+        if (fuse_residual) {
+          pend1 = w.has_shared ? sh : nullptr;
+        } else if (w.has_shared) {
+          K3_CU(AddInto(m.delta, sh, n * H, true, s));
+        }
       }
     }
+    const bool ffn_added = into_residual(c.is_dense(il) ? lw.dense.down : lw.moe.routed_up);
     if (const DMat* next = first_product(il + 1)) K3_CU(prefetch(*next));  // during the mix and norm
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     if (fuse_residual) {
       pend0 = m.delta;
       if (c.is_dense(il)) pend1 = nullptr;
-    } else {
+    } else if (!ffn_added) {
       K3_CU(AddInto(m.x, m.delta, n * H, true, s));
     }
   }

@@ -109,6 +109,12 @@ struct CudaEngineOptions {
   // already hides them (3.097 -> 3.090 ms at batch 1, 15.49 -> 15.54 at 16, 30.47 -> 30.60 at 32):
   // the fused kernel is one long dependent chain on 8 SMs (~9 us under ncu).
   bool fused_residual = false;
+  // On one rank (no all-reduce between a layer's output product and the residual stream), the
+  // output products that run on the direct-load GEMV add into the stream in their epilogue
+  // (ResidualGemv: x += W·o for attention and the dense FFN, x += W·m + shared for the MoE's latent
+  // up-projection) instead of writing a delta that one or two AddInto launches add: the same bits,
+  // two or three launches fewer per layer. Off: the separate adds (the A/B switch of the tests).
+  bool residual_epilogue = true;
   // Decode-sized steps run independent branches of a layer (KDA's gate and beta, MLA's kv_a and
   // output gate, MoE's latent projection and shared experts) on a second stream, forked and joined
   // by events. Off: one stream (the A/B switch of the benchmarks).

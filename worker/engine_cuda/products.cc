@@ -89,15 +89,40 @@ cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t*
   return e;
 }
 
+namespace {
+
+// Product's dispatch, in its order: the tensor-core GEMV, then the GEMV (direct-load where w has
+// the form), then the tile GEMM or cuBLAS.
+bool TakesMma(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows) {
+  return !exact_only && n > gemv_max_rows && n <= kMmaMaxRows && w.direct != nullptr &&
+         cuda::QuantGemvMmaSupports(w.type, w.cols);
+}
+bool TakesGemv(const DMat& w, int64_t n, bool exact_only) {
+  return exact_only || n <= kMmaMaxRows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0;
+}
+
+}  // namespace
+
+bool TakesDirectGemv(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows) {
+  return w.direct != nullptr && !TakesMma(w, n, exact_only, gemv_max_rows) && TakesGemv(w, n, exact_only);
+}
+
+cudaError_t ResidualGemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                         const float* add, bool accumulate, cudaStream_t s) {
+  if (w.direct == nullptr) return cudaErrorInvalidValue;
+  cuda::QuantGemvDirectParams p = DirectParams(w, x, x_stride, y, y_stride, n);
+  p.add = add;
+  p.add_stride = add != nullptr ? y_stride : 0;
+  p.accumulate = accumulate;
+  return cuda::QuantGemvDirect(p, s);
+}
+
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                     bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows) {
-  if (!exact_only && n > gemv_max_rows && n <= kMmaMaxRows && w.direct != nullptr &&
-      cuda::QuantGemvMmaSupports(w.type, w.cols)) {
+  if (TakesMma(w, n, exact_only, gemv_max_rows)) {
     return cuda::QuantGemvMma(DirectParams(w, x, x_stride, y, y_stride, n), s);
   }
-  if (exact_only || n <= kMmaMaxRows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0) {
-    return Gemv(w, x, x_stride, y, y_stride, n, s);
-  }
+  if (TakesGemv(w, n, exact_only)) return Gemv(w, x, x_stride, y, y_stride, n, s);
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;

@@ -106,6 +106,7 @@ cudaError_t QuantGemvDirect(const QuantGemvDirectParams& p, cudaStream_t stream)
   if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.x_stride > kMaxCols || p.y_stride < p.rows) {
     return cudaErrorInvalidValue;
   }
+  if (p.add != nullptr && p.add_stride < p.rows) return cudaErrorInvalidValue;
   if (!Aligned16(p.weight) || !Aligned16(p.x)) return cudaErrorMisalignedAddress;
   if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
 
@@ -124,12 +125,15 @@ cudaError_t QuantGemvDirect(const QuantGemvDirectParams& p, cudaStream_t stream)
   a.items = plan.items_per_block;
   a.x_stride = p.x_stride;
   a.y_stride = p.y_stride;
+  a.add_stride = p.add_stride;
+  a.accumulate = p.accumulate;
 
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvDirectMaxTokens) {
     const int m = static_cast<int>(p.n_tokens - t0 < kQuantGemvDirectMaxTokens ? p.n_tokens - t0
                                                                                 : kQuantGemvDirectMaxTokens);
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
+    a.add = p.add != nullptr ? p.add + t0 * p.add_stride : nullptr;
     // Warps per block: the instantiation's most, balanced so that no warp has more items than needed.
     const int max_warps = FindMaxThreads(p.type, m, plan.rows_per_warp) / 32;
     int warps = a.items < max_warps ? a.items : max_warps;

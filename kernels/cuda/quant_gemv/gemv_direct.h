@@ -74,6 +74,13 @@ struct QuantGemvDirectParams {
   float* y;               // [n_tokens][y_stride] device; only y[t][0 .. rows) is written; must not overlap x
   int64_t y_stride;       // floats between token rows of y, >= rows
   int64_t n_tokens;       // token rows, >= 0 (passes of kQuantGemvDirectMaxTokens)
+  // The epilogue (QuantGemvDirect only; QuantGemvMma refuses both): y[t][r] = s + add[t][r], then
+  // with `accumulate` y[t][r] = y[t][r] + that, s being the row's sum. The same f32 adds, in the
+  // same order, as the product into a buffer followed by separate element-wise adds (a residual
+  // stream's x += W·o + shared, one launch instead of three).
+  const float* add = nullptr;  // [n_tokens][add_stride] device, or nullptr; must not overlap y
+  int64_t add_stride = 0;      // floats between token rows of add, >= rows when add is set
+  bool accumulate = false;     // y += (sum + add) instead of y = sum + add
 };
 
 // True for kQ8_0 (repacked), kF32, kF16, kBF16.
@@ -115,7 +122,8 @@ inline constexpr int kQuantGemvMmaTokens = 16;  // tokens per pass; more are loo
 // True for kQ8_0 (repacked) with cols a multiple of 64.
 bool QuantGemvMmaSupports(quant::GgmlType type, int64_t cols);
 
-// As QuantGemvDirect (same params, same checks and errors; one kernel per pass of 16 tokens).
+// As QuantGemvDirect (same params, same checks and errors; one kernel per pass of 16 tokens), without
+// the epilogue: add or accumulate set is cudaErrorInvalidValue.
 cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream);
 
 }  // namespace k3::cuda

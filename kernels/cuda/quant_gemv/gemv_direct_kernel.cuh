@@ -42,7 +42,17 @@ struct Args {
   int64_t x_stride;
   float* y;                 // this pass's token 0
   int64_t y_stride;
+  const float* add;         // this pass's token 0 of the epilogue's addend, or nullptr
+  int64_t add_stride;
+  bool accumulate;          // y += (sum + add)
 };
+
+// y[t][row] from the row's sum through the epilogue (gemv_direct.h): sum + add, then + y as it was.
+__device__ __forceinline__ void StoreY(const Args& a, int t, int64_t row, float sum) {
+  float* const p = a.y + t * a.y_stride + row;
+  if (a.add != nullptr) sum = __fadd_rn(sum, a.add[t * a.add_stride + row]);
+  *p = a.accumulate ? __fadd_rn(*p, sum) : sum;
+}
 
 // ---- loads ---------------------------------------------------------------------------------------
 
@@ -275,7 +285,7 @@ __global__ void __launch_bounds__(Shape<F, M, R>::kThreads, Shape<F, M, R>::kMin
         const int idx = base + j;
         const int r = idx / M, t = idx - (idx / M) * M;
         if (a.slices == 1) {
-          if (r < ld.n_rows) a.y[t * a.y_stride + r0 + r] = acc[j];
+          if (r < ld.n_rows) StoreY(a, t, r0 + r, acc[j]);
         } else {
           part[(item * M + t) * R + r] = acc[j];
         }
@@ -293,7 +303,7 @@ __global__ void __launch_bounds__(Shape<F, M, R>::kThreads, Shape<F, M, R>::kMin
       const float* p = part + (g * a.slices * M + t) * R + r;
       float y = p[0];
       for (int s = 1; s < a.slices; ++s) y = __fadd_rn(y, p[s * M * R]);
-      a.y[t * a.y_stride + row] = y;
+      StoreY(a, t, row, y);
     }
   }
 }

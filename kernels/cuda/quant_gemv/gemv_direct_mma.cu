@@ -188,6 +188,7 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
   using namespace direct_mma;
   if (!QuantGemvMmaSupports(p.type, p.cols) || p.rows < 0 || p.n_tokens < 0) return cudaErrorInvalidValue;
   if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
+  if (p.add != nullptr || p.accumulate) return cudaErrorInvalidValue;  // no epilogue here
   if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.x_stride > (int64_t{1} << 28) || p.y_stride < p.rows) {
     return cudaErrorInvalidValue;
   }
