@@ -1,6 +1,7 @@
 // The IQ1_S GEMV of the routed experts at decode (one token per matrix, int8 activations): a lane
 // per output row (two rows: a 64-row tile), a warp per 256-weight block column, whole tiles staged
-// by cp.async, and the grid in shared memory in 8 copies spread over the banks.
+// by bulk copies (or cp.async for tiles of odd sizes), and the grid in shared memory in 8 copies
+// spread over the banks.
 //
 // Why a second IQ1_S kernel: the sub-block kernel (gemv_iq1s_sub.cu: a lane per 32-weight column
 // of every row) is bound by the L1/shared-memory pipe, not by HBM (ncu, session 9: pipe 73% busy,
@@ -13,8 +14,10 @@
 //     lanes share 4 banks, ~3 wavefronts per lookup (16 copies in 128 KiB, 2 wavefronts, measured
 //     the same: 23.9 | 23.9 us against 24.2 | 23.5, and left no room for a third stage);
 //   - a lane per row: a tile's 64 rows (64·row_bytes contiguous bytes) land in shared memory by
-//     16-byte cp.async, two tiles in flight; a lane reads its row's 50-byte block as 13 aligned
-//     words (rows 700 bytes apart = 175 words, odd: the 32 lanes' words fall in 32 banks);
+//     one bulk copy per matrix from thread 0 (kBulk; 16-byte cp.async by every thread where a
+//     tile is not whole 16-byte units), two tiles in flight; a lane reads its row's 50-byte block
+//     as 13 aligned words (rows 700 bytes apart = 175 words, odd: the 32 lanes' words fall in 32
+//     banks);
 //   - no cross-lane reduction: a lane sums its rows' 8 sub-blocks of the block, the warps'
 //     partials meet once per tile in shared memory; x (rounded to int8 once per matrix, the same
 //     256 values for every lane of a warp) is read from shared memory by broadcast, once per
@@ -45,6 +48,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/activation/situ.cuh"
+#include "kernels/cuda/bulk_copy.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_ptx.cuh"
@@ -241,7 +245,11 @@ __device__ __forceinline__ void StoreTile(const RowArgs& a, const float* red, co
 // kGateUp: a tile is rows row0 .. row0 + 31 of the gate matrix (lane rows) and the same rows of the
 // up matrix (lane + 32 rows), and y gets situ(gate, up): every row's two sums exactly as the plain
 // kernel forms them (a lane's two rows are independent chains), then the activation.
-template <bool kGateUp>
+// kBulk (tiles of whole 16-byte units, BulkTiles): thread 0 fetches a tile with one bulk copy per
+// matrix (ptx::BulkCopy) counted on the stage's mbarrier, and the warps wait on that barrier for
+// the tile, instead of every thread issuing its share of 16-byte cp.async (~100 instructions per
+// warp and tile, an eighth of the kernel's).
+template <bool kGateUp, bool kBulk>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArgs a) {
   PdlEnter();
   extern __shared__ __align__(16) uint8_t dsm[];
@@ -251,6 +259,12 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   float* const red = reinterpret_cast<float*>(xs + 8 * a.nw * kXWords);
   const int nw = a.nw, nthreads = 32 * nw;
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  // kBulk: a barrier per stage, after the partials and LaunchRows's 16 spare bytes
+  const uint32_t bar0 = ptx::SmemAddr(red + 2 * nw * kTileRows) + 16;
+  if (kBulk && tid == 0) {
+    for (int st = 0; st < kStages; ++st) ptx::MbarInit(bar0 + 8 * st, 1);
+    ptx::MbarInitFence();
+  }
 
   // the grid, entry i = the 8 values g of kIq1sGrid[i] as nibbles g + 1: value k < 4 in the low
   // nibble of byte k, value k + 4 in its high nibble; kGridCopies copies side by side
@@ -278,25 +292,37 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   int64_t in_id = mat_id(in.mat);
   const uint32_t stage0 = ptx::SmemAddr(stages);
   int in_stage = 0;
-  auto issue = [&](int li) {  // tile li (the next one) into its stage, as one commit group (empty past the end)
+  // Tile li (the next one) into its stage: cp.async, one commit group per tile (empty past the
+  // end); kBulk: thread 0's bulk copies on the stage's barrier.
+  auto issue = [&](int li) {
     if (li < n_local) {
       const int64_t at = in_id * a.mat_stride + static_cast<int64_t>(in.row0) * a.row_bytes;
       const uint8_t* const src = a.w + at;
       const int bytes = min(step, a.rows - in.row0) * a.row_bytes;
       const uint32_t dst = stage0 + in_stage * a.stage_bytes;
-      for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst + k, src + k, min(16, bytes - k));
-      if constexpr (kGateUp) {  // the up rows in the stage's second half
-        const uint8_t* const up = a.w_up + at;
-        const uint32_t dst_up = dst + kHalfRows * a.row_bytes;
-        for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst_up + k, up + k, min(16, bytes - k));
+      const uint32_t dst_up = dst + kHalfRows * a.row_bytes;  // gate|up: the up rows in the stage's second half
+      if constexpr (kBulk) {
+        if (tid == 0) {
+          const uint32_t bar = bar0 + 8 * in_stage;
+          ptx::MbarArriveExpectTx(bar, static_cast<uint32_t>(kGateUp ? 2 * bytes : bytes));
+          ptx::BulkCopy(dst, src, static_cast<uint32_t>(bytes), bar);
+          if constexpr (kGateUp) ptx::BulkCopy(dst_up, a.w_up + at, static_cast<uint32_t>(bytes), bar);
+        }
+      } else {
+        for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst + k, src + k, min(16, bytes - k));
+        if constexpr (kGateUp) {
+          const uint8_t* const up = a.w_up + at;
+          for (int k = 16 * tid; k < bytes; k += 16 * nthreads) ptx::CpAsync16(dst_up + k, up + k, min(16, bytes - k));
+        }
       }
       in_stage = in_stage + 1 == kStages ? 0 : in_stage + 1;
       const int m = in.mat;
       in.Next(a.rows, step);
       if (in.mat != m) in_id = mat_id(in.mat);  // needed a tile from now
     }
-    ptx::CpAsyncCommit();
+    if constexpr (!kBulk) ptx::CpAsyncCommit();
   };
+  if constexpr (kBulk) __syncthreads();  // the barriers are initialized
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) issue(s);
 
@@ -310,8 +336,8 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   int stage = 0;
   TileCursor prev = first;
   for (int li = 0; li < n_local; ++li) {
-    ptx::CpAsyncWait<kStages - 2>();
-    __syncthreads();  // tile li is in; every warp is done with tile li - 1's stage and partials
+    if constexpr (!kBulk) ptx::CpAsyncWait<kStages - 2>();
+    __syncthreads();  // tile li is in (kBulk: below); every warp is done with tile li - 1's stage and partials
     if (li > 0 && warp < 2) StoreTile<kGateUp>(a, red + ((li - 1) & 1) * (nw * kTileRows), prev, warp, lane);
     issue(li + kStages - 1);
     if (x_mat < 0 || (cur.mat != x_mat && a.x_mat_stride != 0)) {
@@ -323,6 +349,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
     if (li + 1 < n_local && next.mat != cur.mat && a.x_mat_stride != 0) {
       LoadX8(a.x + next.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);  // needed a tile from now
     }
+    if constexpr (kBulk) ptx::MbarWait(bar0 + 8 * stage, static_cast<uint32_t>(li / kStages) & 1u);  // tile li is in
     const uint8_t* const st = stages + stage * a.stage_bytes;
     const uint32_t* const src0 = reinterpret_cast<const uint32_t*>(st + (off & ~3u));
     const uint32_t* const src1 = reinterpret_cast<const uint32_t*>(st + (off1 & ~3u));
@@ -345,18 +372,29 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   }
 }
 
-template <bool kGateUp>
-cudaError_t LaunchRows(const RowArgs& r, cudaStream_t stream) {
-  // the grid, the stages, x, two buffers of partials, and 16 bytes for the last lane's 13-word
-  // read past its stage's end: 212 KB at 14 blocks per row (the 227 KB of a Hopper block)
-  const int smem = kTabBytes + kStages * r.stage_bytes + 8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4 + 16;
+// Whether every tile of the launch is whole 16-byte units (bulk copies): full tiles always are
+// (32 or 64 rows of 50·nw bytes), the last tile of a matrix when its rows times nw is a multiple of 8.
+bool BulkTiles(const RowArgs& r, int step) { return (static_cast<int64_t>(r.rows % step) * r.nw) % 8 == 0; }
+
+template <bool kGateUp, bool kBulk>
+cudaError_t LaunchRowsAs(const RowArgs& r, cudaStream_t stream) {
+  // the grid, the stages, x, two buffers of partials, 16 bytes for the last lane's 13-word read
+  // past its stage's end, the stages' barriers: 212 KB at 14 blocks per row (of a Hopper block's 227)
+  const int smem =
+      kTabBytes + kStages * r.stage_bytes + 8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4 + 16 + 8 * kStages;
   const int threads = 32 * r.nw;
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp>);
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp, kBulk>);
   int per_sm = 0;
   K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(r.n_tiles, cap)));
-  return LaunchKernel(Iq1sRowsKernel<kGateUp>, grid, threads, smem, stream, r);
+  return LaunchKernel(Iq1sRowsKernel<kGateUp, kBulk>, grid, threads, smem, stream, r);
+}
+
+template <bool kGateUp>
+cudaError_t LaunchRows(const RowArgs& r, cudaStream_t stream) {
+  return BulkTiles(r, kGateUp ? kHalfRows : kTileRows) ? LaunchRowsAs<kGateUp, true>(r, stream)
+                                                        : LaunchRowsAs<kGateUp, false>(r, stream);
 }
 
 // The launch's arguments from QuantGemv's; tiles of `step` rows per matrix.
