@@ -179,13 +179,7 @@ TEST(QuantGemvDirectHostTest, RejectsBadArgumentsWithoutLaunching) {
   bad.add = fake;
   bad.add_stride = 3;
   expect(bad, cudaErrorInvalidValue, "add_stride < rows");
-  bad = p;
-  bad.accumulate = true;
-  EXPECT_EQ(QuantGemvMma(bad, nullptr), cudaErrorInvalidValue) << "the tensor-core GEMV has no epilogue";
-  bad.accumulate = false;
-  bad.add = fake;
-  bad.add_stride = 4;
-  EXPECT_EQ(QuantGemvMma(bad, nullptr), cudaErrorInvalidValue) << "the tensor-core GEMV has no epilogue";
+  EXPECT_EQ(QuantGemvMma(bad, nullptr), cudaErrorInvalidValue) << "tensor-core GEMV: add_stride < rows";
   // Nothing to do: success without a launch.
   bad = p;
   bad.n_tokens = 0;
@@ -527,16 +521,34 @@ TEST(QuantGemvDirectTest, MmaSmallBatches) {
 // The epilogue (y = sum + add, then y += that with accumulate) against the plain product followed
 // by the same f32 adds on the host, bit for bit, on every path of the kernel (one slice: the warp
 // writes; several: the block's fold; R = 1), over one pass and two (11 tokens); padding untouched.
-void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed) {
+// mma: the tensor-core GEMV instead (one pass and two: 11 and 20 tokens).
+void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false) {
   SCOPED_TRACE(::testing::Message() << cols << " -> " << rows);
   std::mt19937_64 rng(seed);
   DeviceWeights w(GgmlType::kQ8_0, rows, cols);
   MakeWeights(w, rng);
   if (::testing::Test::HasFatalFailure()) return;
-  for (int64_t m : {1, 3, 11}) {
+  for (int64_t m : mma ? std::vector<int64_t>{1, 11, 20} : std::vector<int64_t>{1, 3, 11}) {
     const int64_t x_stride = cols, y_stride = rows + 5, add_stride = rows + 2;
     DeviceBuffer<float> x(Normal(rng, m * x_stride, 0.0, 1.0));
-    const std::vector<float> plain = Run(w, x, x_stride, 0, m, y_stride);
+    auto launch = [&](const QuantGemvDirectParams& p) { return mma ? QuantGemvMma(p, nullptr) : QuantGemvDirect(p, nullptr); };
+    std::vector<float> plain;
+    {
+      DeviceBuffer<float> y(static_cast<size_t>(m * y_stride));
+      y.Poison();
+      QuantGemvDirectParams p;
+      p.type = w.type;
+      p.weight = w.direct.get();
+      p.rows = rows;
+      p.cols = cols;
+      p.x = x.get();
+      p.x_stride = x_stride;
+      p.y = y.get();
+      p.y_stride = y_stride;
+      p.n_tokens = m;
+      K3_ASSERT_LAUNCH(launch(p));
+      plain = y.Download();
+    }
     const std::vector<float> y0 = Normal(rng, m * y_stride, 0.0, 4.0), add = Normal(rng, m * add_stride, 0.0, 4.0);
     DeviceBuffer<float> dadd(add);
     for (int variant = 0; variant < 3; ++variant) {
@@ -555,7 +567,7 @@ void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed) {
       p.add = use_add ? dadd.get() : nullptr;
       p.add_stride = use_add ? add_stride : 0;
       p.accumulate = accumulate;
-      K3_ASSERT_LAUNCH(QuantGemvDirect(p, nullptr));
+      K3_ASSERT_LAUNCH(launch(p));
       const std::vector<float> got = y.Download();
       std::vector<float> want = y0;
       for (int64_t t = 0; t < m; ++t) {
@@ -566,7 +578,7 @@ void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed) {
         }
       }
       EXPECT_TRUE(BitEqual(got.data(), want.data(), static_cast<int64_t>(want.size())))
-          << "M " << m << " add " << use_add << " accumulate " << accumulate;
+          << "M " << m << " add " << use_add << " accumulate " << accumulate << " mma " << mma;
     }
   }
 }
@@ -584,6 +596,8 @@ TEST(QuantGemvDirectTest, EpilogueIsTheSeparateAdds) {
   EXPECT_EQ(plan.rows_per_warp, 1);
   CheckEpilogue(96, 7168, 73);  // narrow: a row per warp
   CheckEpilogue(33, 64, 74);    // a partial row group
+  CheckEpilogue(7168, 3584, 75, /*mma=*/true);  // the tensor-core GEMV: several slices
+  CheckEpilogue(100, 128, 76, /*mma=*/true);    // a partial block of rows
 }
 
 TEST(QuantGemvDirectTest, GraphReplayMatchesDirectCall) {

@@ -195,41 +195,49 @@ TEST_F(CudaGoldenTest, L2PrefetchChangesNoValue) {
 }
 
 // residual_epilogue (the default): a layer's output product adds into the residual stream in the
-// direct GEMV's epilogue (x += W·o, x += W·m + shared) instead of through a delta and AddInto
-// launches: the same f32 adds in the same order, so bit-identical logits token by token (one row)
-// and in batches of 4 (both on the direct GEMV), f32 and int8 experts.
+// epilogue of the direct GEMV (up to 8 rows) or the tensor-core GEMV (9..32) (x += W·o, x += W·m +
+// shared) instead of through a delta and AddInto launches: the same f32 adds in the same order,
+// so bit-identical logits token by token (one row) and in batches of 4 and 12 sequences, f32 and
+// int8 experts.
 TEST_F(CudaGoldenTest, ResidualEpilogueChangesNoValue) {
   for (bool i8 : {false, true}) {
-    auto on = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, i8);
-    auto off = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, i8, 4, 512, 512,
-                    /*fused_residual=*/false, /*fused_gate_up=*/true, /*l2_prefetch_mb=*/0, /*residual_epilogue=*/false);
-    ASSERT_TRUE(on && off);
-    for (size_t p = 0; p < 2; ++p) {
-      const auto a = RunTokens(*on, prompts_[p], 1100 + p), b = RunTokens(*off, prompts_[p], 1110 + p);
-      ASSERT_EQ(a.size(), b.size());
-      EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "prompt " << p << " int8 " << i8;
-    }
-    // four sequences per step
-    const int64_t V = on->config().vocab;
-    std::vector<std::vector<float>> got[2];
-    CudaEngine* engines[2] = {on.get(), off.get()};
-    for (int k = 0; k < 2; ++k) {
-      got[k].resize(prompts_.size());
-      for (size_t p = 0; p < prompts_.size(); ++p) ASSERT_TRUE(engines[k]->Add(1200 + p).ok());
-      for (size_t t = 0; t < 8; ++t) {
-        std::vector<SeqInput> batch;
-        for (size_t p = 0; p < prompts_.size(); ++p) {
-          batch.push_back({static_cast<SeqId>(1200 + p), std::span<const int32_t>(&prompts_[p][t % prompts_[p].size()], 1), true});
+    for (int64_t n_seqs : {int64_t{1}, int64_t{4}, int64_t{12}}) {
+      auto on = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, i8, std::max<int64_t>(4, n_seqs));
+      auto off = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, i8, std::max<int64_t>(4, n_seqs), 512,
+                      512, /*fused_residual=*/false, /*fused_gate_up=*/true, /*l2_prefetch_mb=*/0,
+                      /*residual_epilogue=*/false);
+      ASSERT_TRUE(on && off);
+      if (n_seqs == 1) {
+        for (size_t p = 0; p < 2; ++p) {
+          const auto a = RunTokens(*on, prompts_[p], 1100 + p), b = RunTokens(*off, prompts_[p], 1110 + p);
+          ASSERT_EQ(a.size(), b.size());
+          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float))) << "prompt " << p << " int8 " << i8;
         }
-        auto r = engines[k]->Forward(batch);
-        ASSERT_TRUE(r.ok()) << r.status();
-        for (size_t j = 0; j < batch.size(); ++j) got[k][j].insert(got[k][j].end(), r->row(j), r->row(j) + V);
+        continue;
       }
-    }
-    for (size_t p = 0; p < prompts_.size(); ++p) {
-      ASSERT_EQ(got[0][p].size(), got[1][p].size());
-      EXPECT_EQ(0, std::memcmp(got[0][p].data(), got[1][p].data(), got[0][p].size() * sizeof(float)))
-          << "batch of 4, sequence " << p << " int8 " << i8;
+      // n_seqs sequences per step (prompt s % 4 each), 8 steps
+      const int64_t V = on->config().vocab;
+      std::vector<std::vector<float>> got[2];
+      CudaEngine* engines[2] = {on.get(), off.get()};
+      for (int k = 0; k < 2; ++k) {
+        got[k].resize(n_seqs);
+        for (int64_t q = 0; q < n_seqs; ++q) ASSERT_TRUE(engines[k]->Add(1200 + q).ok());
+        for (size_t t = 0; t < 8; ++t) {
+          std::vector<SeqInput> batch;
+          for (int64_t q = 0; q < n_seqs; ++q) {
+            const auto& pr = prompts_[q % prompts_.size()];
+            batch.push_back({static_cast<SeqId>(1200 + q), std::span<const int32_t>(&pr[(t + q) % pr.size()], 1), true});
+          }
+          auto r = engines[k]->Forward(batch);
+          ASSERT_TRUE(r.ok()) << r.status();
+          for (size_t j = 0; j < batch.size(); ++j) got[k][j].insert(got[k][j].end(), r->row(j), r->row(j) + V);
+        }
+      }
+      for (int64_t q = 0; q < n_seqs; ++q) {
+        ASSERT_EQ(got[0][q].size(), got[1][q].size());
+        EXPECT_EQ(0, std::memcmp(got[0][q].data(), got[1][q].data(), got[0][q].size() * sizeof(float)))
+            << "batch of " << n_seqs << ", sequence " << q << " int8 " << i8;
+      }
     }
   }
 }

@@ -735,10 +735,14 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const bool fuse_residual = options_.fused_residual && !grouped && H <= cuda::kAddMixNormMaxWidth;
   float* pend0 = nullptr;
   const float* pend1 = nullptr;
-  // One rank, unfused residual steps: a layer's output product that runs on the direct GEMV adds
-  // into m.x in its epilogue (the same bits as the product into m.delta and the AddInto launches).
+  // One rank, unfused residual steps: a layer's output product that runs on the direct or the
+  // tensor-core GEMV adds into m.x in its epilogue (the same bits as the product into m.delta and
+  // the AddInto launches).
   const bool epilogue_ok = options_.residual_epilogue && comm_ == nullptr && !fuse_residual;
-  auto into_residual = [&](const DMat& w) { return epilogue_ok && TakesDirectGemv(w, n, exact, gemv_rows); };
+  auto into_residual = [&](const DMat& w) { return epilogue_ok && TakesEpilogueProduct(w, n, exact, gemv_rows); };
+  auto residual_product = [&](const DMat& w, const float* in, int64_t in_stride, const float* add, bool accumulate) {
+    return ResidualProduct(w, in, in_stride, m.x, H, n, add, accumulate, exact, gemv_rows, s);
+  };
   auto add_mix_norm = [&](const float* score_w, const float* norm_w, const float* d0, const float* d1, bool restart,
                           float* bank_out, float* y) -> cudaError_t {
     cuda::AddMixNormParams p;
@@ -930,7 +934,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(cuda::SigmoidGateMul(gp, s));
       }
       if (into_residual(w.out)) {  // x (+)= out·o; a banked layer restarts the stream
-        K3_CU(ResidualGemv(w.out, m.mo, nh * vd, m.x, H, n, nullptr, !banked, s));
+        K3_CU(residual_product(w.out, m.mo, nh * vd, nullptr, !banked));
       } else {
         K3_CU(Prod(w.out, m.mo, nh * vd, m.delta, H, n));
       }
@@ -1039,7 +1043,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, stacked ? m.in_proj + 3 * D : m.gp, cuda::NormKind::kRms,
                 stacked ? Wp : 0));
       if (into_residual(w.out)) {
-        K3_CU(ResidualGemv(w.out, m.o, D, m.x, H, n, nullptr, !banked, s));
+        K3_CU(residual_product(w.out, m.o, D, nullptr, !banked));
       } else {
         K3_CU(Prod(w.out, m.o, D, m.delta, H, n));
       }
@@ -1062,7 +1066,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Prod(w.up, m.h, H, m.du, Fd, n));
       K3_CU(SituInto(m.dg, m.du, n, Fd, c, s));
       if (into_residual(w.down)) {
-        K3_CU(ResidualGemv(w.down, m.dg, Fd, m.x, H, n, nullptr, true, s));
+        K3_CU(residual_product(w.down, m.dg, Fd, nullptr, true));
       } else {
         K3_CU(Prod(w.down, m.dg, Fd, m.delta, H, n));
         K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the FFN bands' partials
@@ -1166,7 +1170,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       }
       if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
       if (into_residual(w.routed_up)) {  // x += up·m + shared
-        K3_CU(ResidualGemv(w.routed_up, mm, L, m.x, H, n, w.has_shared ? sh : nullptr, true, s));
+        K3_CU(residual_product(w.routed_up, mm, L, w.has_shared ? sh : nullptr, true));
       } else {
         K3_CU(Prod(w.routed_up, mm, L, m.delta, H, n));
         if (fuse_residual) {

@@ -110,8 +110,8 @@ struct CudaEngineOptions {
   // the fused kernel is one long dependent chain on 8 SMs (~9 us under ncu).
   bool fused_residual = false;
   // On one rank (no all-reduce between a layer's output product and the residual stream), the
-  // output products that run on the direct-load GEMV add into the stream in their epilogue
-  // (ResidualGemv: x += W·o for attention and the dense FFN, x += W·m + shared for the MoE's latent
+  // output products that run on the direct-load or the tensor-core GEMV add into the stream in
+  // their epilogue (ResidualProduct: x += W·o for attention and the dense FFN, x += W·m + shared for the MoE's latent
   // up-projection) instead of writing a delta that one or two AddInto launches add: the same bits,
   // two or three launches fewer per layer. Off: the separate adds (the A/B switch of the tests).
   bool residual_epilogue = true;

@@ -74,15 +74,17 @@ cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t*
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                     bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows);
 
-// Whether Product(w, n rows, exact_only, gemv_max_rows) runs the direct-load GEMV (QuantGemvDirect).
-bool TakesDirectGemv(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows = kGemvMaxRows);
+// Whether Product(w, n rows, exact_only, gemv_max_rows) runs a kernel with the epilogue: the
+// direct-load GEMV (QuantGemvDirect) or the tensor-core GEMV (QuantGemvMma).
+bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows = kGemvMaxRows);
 
-// The direct-load GEMV with its epilogue: y = W x + add (add: rows like y's, or nullptr), then with
-// `accumulate` y += that; the bits of the product into a buffer and AddInto's after it (a residual
-// stream's x += W·o + shared in one launch). For products TakesDirectGemv says run it; a matrix
-// without its direct form is cudaErrorInvalidValue.
-cudaError_t ResidualGemv(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                         const float* add, bool accumulate, cudaStream_t s);
+// Product's kernel with its epilogue: y = W x + add (add: rows like y's, or nullptr), then with
+// `accumulate` y += that; the bits of Product into a buffer and AddInto's after it (a residual
+// stream's x += W·o + shared in one launch). cudaErrorInvalidValue where TakesEpilogueProduct is
+// false.
+cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
+                            const float* add, bool accumulate, bool exact_only, int64_t gemv_max_rows,
+                            cudaStream_t s);
 
 // y = W x kept exact (up to summation order) at any n: the f32 GEMV, or for F32 weights and runs of
 // at least ws.blas_min_rows rows cuBLAS's f32 GEMM (the MoE router: rounding could change routing).

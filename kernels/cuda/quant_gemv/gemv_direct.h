@@ -74,7 +74,7 @@ struct QuantGemvDirectParams {
   float* y;               // [n_tokens][y_stride] device; only y[t][0 .. rows) is written; must not overlap x
   int64_t y_stride;       // floats between token rows of y, >= rows
   int64_t n_tokens;       // token rows, >= 0 (passes of kQuantGemvDirectMaxTokens)
-  // The epilogue (QuantGemvDirect only; QuantGemvMma refuses both): y[t][r] = s + add[t][r], then
+  // The epilogue (QuantGemvDirect and QuantGemvMma): y[t][r] = s + add[t][r], then
   // with `accumulate` y[t][r] = y[t][r] + that, s being the row's sum. The same f32 adds, in the
   // same order, as the product into a buffer followed by separate element-wise adds (a residual
   // stream's x += W·o + shared, one launch instead of three).
@@ -122,8 +122,8 @@ inline constexpr int kQuantGemvMmaTokens = 16;  // tokens per pass; more are loo
 // True for kQ8_0 (repacked) with cols a multiple of 64.
 bool QuantGemvMmaSupports(quant::GgmlType type, int64_t cols);
 
-// As QuantGemvDirect (same params, same checks and errors; one kernel per pass of 16 tokens), without
-// the epilogue: add or accumulate set is cudaErrorInvalidValue.
+// As QuantGemvDirect (same params and epilogue, same checks and errors; one kernel per pass of 16
+// tokens).
 cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -54,6 +54,9 @@ struct Args {
   int32_t n_tokens;        // 1..16
   float* y;                // [n_tokens][y_stride]
   int64_t y_stride;
+  const float* add;        // the epilogue's addend, this pass's token 0, or nullptr (gemv_direct.h)
+  int64_t add_stride;
+  bool accumulate;         // y += (sum + add)
 };
 
 struct Stage {
@@ -173,7 +176,9 @@ __global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
     if (r0 + rl >= a.rows) continue;
     float v = part[e];
     for (int w = 1; w < a.slices; ++w) v += part[w * (16 * kRowsPerBlock) + e];
-    a.y[tok * a.y_stride + r0 + rl] = v;
+    if (a.add != nullptr) v = __fadd_rn(v, a.add[tok * a.add_stride + r0 + rl]);
+    float* const y = a.y + tok * a.y_stride + r0 + rl;
+    *y = a.accumulate ? __fadd_rn(*y, v) : v;
   }
 }
 
@@ -188,7 +193,7 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
   using namespace direct_mma;
   if (!QuantGemvMmaSupports(p.type, p.cols) || p.rows < 0 || p.n_tokens < 0) return cudaErrorInvalidValue;
   if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
-  if (p.add != nullptr || p.accumulate) return cudaErrorInvalidValue;  // no epilogue here
+  if (p.add != nullptr && p.add_stride < p.rows) return cudaErrorInvalidValue;
   if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.x_stride > (int64_t{1} << 28) || p.y_stride < p.rows) {
     return cudaErrorInvalidValue;
   }
@@ -210,11 +215,14 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
   a.slices = static_cast<int32_t>(std::min<int64_t>({want, kMaxSlices, a.steps}));
   a.x_stride = p.x_stride;
   a.y_stride = p.y_stride;
+  a.add_stride = p.add_stride;
+  a.accumulate = p.accumulate;
   const size_t smem = static_cast<size_t>(a.slices) * 16 * kRowsPerBlock * sizeof(float);
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMmaTokens) {
     a.n_tokens = static_cast<int32_t>(std::min<int64_t>(kQuantGemvMmaTokens, p.n_tokens - t0));
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
+    a.add = p.add != nullptr ? p.add + t0 * p.add_stride : nullptr;
     K3_CUDA_CHECK(LaunchKernel(MmaKernel, static_cast<unsigned>(blocks), 32 * a.slices, smem, stream, a));
   }
   return cudaSuccess;
