@@ -111,9 +111,10 @@ struct CudaEngineOptions {
   bool fused_residual = false;
   // On one rank (no all-reduce between a layer's output product and the residual stream), the
   // output products that run on the direct-load or the tensor-core GEMV add into the stream in
-  // their epilogue (ResidualProduct: x += W·o for attention and the dense FFN, x += W·m + shared for the MoE's latent
-  // up-projection) instead of writing a delta that one or two AddInto launches add: the same bits,
-  // two or three launches fewer per layer. Off: the separate adds (the A/B switch of the tests).
+  // their epilogue (ResidualProduct: x += W·o for attention and the dense FFN, x += W·m + shared
+  // for the MoE's latent up-projection) instead of writing a delta that one or two AddInto
+  // launches add: the same bits, two or three launches fewer per layer (H200, slice8, int8
+  // experts, batch 1: 332.2 -> 333.9 tok/s). Off: the separate adds (the A/B switch of the tests).
   bool residual_epilogue = true;
   // Decode-sized steps run independent branches of a layer (KDA's gate and beta, MLA's kv_a and
   // output gate, MoE's latent projection and shared experts) on a second stream, forked and joined
