@@ -6,12 +6,22 @@
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_NUM_THREADS=1
 pids=()
 
-# N distinct loopback ports (random in 20000..59999), one per line: read a b c < <(ports 3 | xargs)
+# N distinct loopback ports, one per line: read a b c < <(ports 3 | xargs). Random below the
+# kernel's ephemeral range (ip_local_port_range: the ports outgoing connections and Open MPI's own
+# listeners are given; a pick inside it once collided with one: "cannot listen on 127.0.0.1:54762"),
+# from 20000 up, and none that something already listens on.
 ports() {
-  local n=$1 out=() p
+  local n=$1 out=() p lo=32768
+  read -r lo _ < /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || lo=32768
+  local base=20000
+  [ "$lo" -gt 21000 ] || base=10000
+  local span=$(( lo - base ))
+  [ "$span" -ge 1000 ] || { base=20000; span=40000; }  # an odd range: the old pick
   while [ "${#out[@]}" -lt "$n" ]; do
-    p=$(( 20000 + (RANDOM * 7 + $$ + ${#out[@]} * 131) % 40000 ))
-    [[ " ${out[*]} " == *" $p "* ]] || out+=("$p")
+    p=$(( base + (RANDOM * 7 + $$ + ${#out[@]} * 131) % span ))
+    [[ " ${out[*]} " == *" $p "* ]] && continue
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null && continue  # taken: something accepts there
+    out+=("$p")
   done
   printf '%s\n' "${out[@]}"
 }
