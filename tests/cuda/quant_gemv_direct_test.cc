@@ -532,20 +532,21 @@ void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false) 
     const int64_t x_stride = cols, y_stride = rows + 5, add_stride = rows + 2;
     DeviceBuffer<float> x(Normal(rng, m * x_stride, 0.0, 1.0));
     auto launch = [&](const QuantGemvDirectParams& p) { return mma ? QuantGemvMma(p, nullptr) : QuantGemvDirect(p, nullptr); };
+    QuantGemvDirectParams base;  // y, add and accumulate set per run
+    base.type = w.type;
+    base.weight = w.direct.get();
+    base.rows = rows;
+    base.cols = cols;
+    base.x = x.get();
+    base.x_stride = x_stride;
+    base.y_stride = y_stride;
+    base.n_tokens = m;
     std::vector<float> plain;
     {
       DeviceBuffer<float> y(static_cast<size_t>(m * y_stride));
       y.Poison();
-      QuantGemvDirectParams p;
-      p.type = w.type;
-      p.weight = w.direct.get();
-      p.rows = rows;
-      p.cols = cols;
-      p.x = x.get();
-      p.x_stride = x_stride;
+      QuantGemvDirectParams p = base;
       p.y = y.get();
-      p.y_stride = y_stride;
-      p.n_tokens = m;
       K3_ASSERT_LAUNCH(launch(p));
       plain = y.Download();
     }
@@ -554,16 +555,8 @@ void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false) 
     for (int variant = 0; variant < 3; ++variant) {
       const bool use_add = variant != 1, accumulate = variant != 0;
       DeviceBuffer<float> y(y0);
-      QuantGemvDirectParams p;
-      p.type = w.type;
-      p.weight = w.direct.get();
-      p.rows = rows;
-      p.cols = cols;
-      p.x = x.get();
-      p.x_stride = x_stride;
+      QuantGemvDirectParams p = base;
       p.y = y.get();
-      p.y_stride = y_stride;
-      p.n_tokens = m;
       p.add = use_add ? dadd.get() : nullptr;
       p.add_stride = use_add ? add_stride : 0;
       p.accumulate = accumulate;

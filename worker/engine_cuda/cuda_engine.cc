@@ -794,6 +794,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Rms(m.cur, m.h, lw.attn_norm, n, H, eps, s));
     }
     const int64_t ki = c.kind_index(il);
+    // Whether the layer's attention and FFN output products add into m.x themselves.
+    const bool attn_added = into_residual(c.is_mla(il) ? lw.mla.out : lw.kda.out);
+    const bool ffn_added = into_residual(c.is_dense(il) ? lw.dense.down : lw.moe.routed_up);
     if (c.is_mla(il)) {
       K3_RETURN_IF_ERROR(mark(kMla));
       const DMla& w = lw.mla;
@@ -933,7 +936,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         cuda::SigmoidGateMulParams gp{m.mo, m.mgate, n, nh * vd, nh * vd, nh * vd};
         K3_CU(cuda::SigmoidGateMul(gp, s));
       }
-      if (into_residual(w.out)) {  // x (+)= out·o; a banked layer restarts the stream
+      if (attn_added) {  // x (+)= out·o; a banked layer restarts the stream
         K3_CU(residual_product(w.out, m.mo, nh * vd, nullptr, !banked));
       } else {
         K3_CU(Prod(w.out, m.mo, nh * vd, m.delta, H, n));
@@ -1042,13 +1045,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       if (!stacked) K3_CU(Prod(w.g, m.h, H, m.gp, D, n));
       K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, stacked ? m.in_proj + 3 * D : m.gp, cuda::NormKind::kRms,
                 stacked ? Wp : 0));
-      if (into_residual(w.out)) {
+      if (attn_added) {
         K3_CU(residual_product(w.out, m.o, D, nullptr, !banked));
       } else {
         K3_CU(Prod(w.out, m.o, D, m.delta, H, n));
       }
     }
-    const bool attn_added = into_residual(c.is_mla(il) ? lw.mla.out : lw.kda.out);
     if (!attn_added) K3_RETURN_IF_ERROR(reduce(m.delta, n * H));  // the heads' partial sums
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     if (fuse_residual) {  // a banked layer restarts the stream
@@ -1065,7 +1067,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(Prod(w.gate, m.h, H, m.dg, Fd, n));
       K3_CU(Prod(w.up, m.h, H, m.du, Fd, n));
       K3_CU(SituInto(m.dg, m.du, n, Fd, c, s));
-      if (into_residual(w.down)) {
+      if (ffn_added) {
         K3_CU(residual_product(w.down, m.dg, Fd, nullptr, true));
       } else {
         K3_CU(Prod(w.down, m.dg, Fd, m.delta, H, n));
@@ -1169,7 +1171,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_RETURN_IF_ERROR(mark(kMoe));
       }
       if (w.has_routed_norm) K3_CU(Rms(mm, mm, w.routed_norm, n, L, eps, s));
-      if (into_residual(w.routed_up)) {  // x += up·m + shared
+      if (ffn_added) {  // x += up·m + shared
         K3_CU(residual_product(w.routed_up, mm, L, w.has_shared ? sh : nullptr, true));
       } else {
         K3_CU(Prod(w.routed_up, mm, L, m.delta, H, n));
@@ -1180,7 +1182,6 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         }
       }
     }
-    const bool ffn_added = into_residual(c.is_dense(il) ? lw.dense.down : lw.moe.routed_up);
     if (const DMat* next = first_product(il + 1)) K3_CU(prefetch(*next));  // during the mix and norm
     K3_RETURN_IF_ERROR(mark(kMixNorm));
     if (fuse_residual) {
