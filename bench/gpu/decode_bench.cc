@@ -36,7 +36,7 @@
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
 // (CudaEngineOptions::mla_mha_min_rows; 0: the absorbed form at every size);
-// --f16: the MLA cache in f16.
+// --f16 | --f32-cache: the MLA cache in f16 (the engine's default) or f32.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,7 +102,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
-  bool f16 = false, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
+  bool f16 = k3::engine_cuda::CudaEngineOptions{}.cache_f16, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -119,7 +119,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--batches") batches_s = next();
     else if (a == "--prefill") prefill_s = next();
     else if (a == "--chunk") chunk = std::stoll(next());
-    else if (a == "--f16") f16 = true;
+    else if (a == "--f16") f16 = true;  // the MLA cache in f16 (the engine's default)
+    else if (a == "--f32-cache") f16 = false;  // the MLA cache in f32 (CudaEngineOptions::cache_f16 off)
     else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (the default)
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)

@@ -59,6 +59,7 @@ CudaEngineOptions BaseOptions(bool graphs, bool exact = true) {
   CudaEngineOptions o;
   o.exact_prefill = exact;
   o.tc_mla_decode = false;
+  o.cache_f16 = false;  // the exact decode kernel on an f32 cache
   o.max_seqs = 8;
   o.max_batch = 4;
   o.cache_tokens = 4096;

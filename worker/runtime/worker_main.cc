@@ -27,8 +27,9 @@
 //                                       (CudaEngineOptions::int8_expert_x; not exact, held to llama.cpp's
 //                                       closeness on the golden model)
 //       [--exact-mla-decode]            cuda: decode steps' MLA attention on the exact f32 kernel
-//                                       instead of tensor cores (CudaEngineOptions::tc_mla_decode
-//                                       off; --tc-mla-decode, the default, is still accepted)
+//                                       instead of tensor cores, over an f32 cache
+//                                       (CudaEngineOptions::tc_mla_decode and cache_f16 off;
+//                                       --tc-mla-decode, the default, is still accepted)
 //   SPDLOG_LEVEL=debug (mpirun -x): the leader logs each step's time beside its handler's own
 #include <algorithm>
 #include <csignal>
@@ -244,6 +245,7 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3:
   if (prefill_chunk > 0) opt.prefill_chunk = prefill_chunk;
   opt.int8_expert_x = fast.int8_experts;
   opt.tc_mla_decode = !fast.exact_mla_decode;
+  opt.cache_f16 = !fast.exact_mla_decode;  // the exact decode kernel on an f32 cache: the exact function
   opt.verbose = rank == 0;
   std::unique_ptr<k3::engine_cuda::CudaEngine> engine;
   if (!model.path.empty()) {
