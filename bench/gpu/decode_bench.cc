@@ -36,7 +36,8 @@
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
 // (CudaEngineOptions::mla_mha_min_rows; 0: the absorbed form at every size);
-// --f16 | --f32-cache: the MLA cache in f16 (the engine's default) or f32.
+// --f16 | --f32-cache: the MLA cache in f16 (the default) or f32 (the default with --exact-mla-decode,
+// as k3-worker does).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -102,7 +103,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
-  bool f16 = k3::engine_cuda::CudaEngineOptions{}.cache_f16, graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
+  int cache_f16 = -1;  // -1: f16 (the engine's default), f32 with --exact-mla-decode (as k3-worker)
+  bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -119,8 +121,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--batches") batches_s = next();
     else if (a == "--prefill") prefill_s = next();
     else if (a == "--chunk") chunk = std::stoll(next());
-    else if (a == "--f16") f16 = true;  // the MLA cache in f16 (the engine's default)
-    else if (a == "--f32-cache") f16 = false;  // the MLA cache in f32 (CudaEngineOptions::cache_f16 off)
+    else if (a == "--f16") cache_f16 = 1;  // the MLA cache in f16 (the engine's default)
+    else if (a == "--f32-cache") cache_f16 = 0;  // the MLA cache in f32 (CudaEngineOptions::cache_f16 off)
     else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (the default)
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
@@ -162,6 +164,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.max_seqs = max_b + (max_prefill > 0 ? 1 : 0);
   opt.prefill_chunk = chunk;
   opt.page_size = kPage;
+  const bool f16 = cache_f16 < 0 ? tc_mla : cache_f16 == 1;
   opt.cache_f16 = f16;
   opt.tc_mla_decode = tc_mla;
   opt.int8_expert_x = int8_experts;
