@@ -2,12 +2,15 @@
 // sequence (row i sees cache rows 0..pos+i), paged 576-wide cache (f32 and f16; pages shuffled in
 // a pool, the table padded with -1 beyond the sequence's pages), 96 and 48 heads, runs from 1 to
 // 512 rows at positions 0..3584, split counts from MlaPrefillSplits and forced ones (more splits
-// than key tiles included), a CUDA-graph replay, and argument checks. q, the cache rows and the
+// than key tiles included), a CUDA-graph replay, batched launches of several sequences (a decode
+// step: each its own table, lens, q and out; bit for bit the per-sequence launches), and argument
+// checks. q, the cache rows and the
 // softmax weights are rounded to f16 (f32 accumulation): the bar is a relative L2 error of 2e-3
 // per output vector (row, head); the worst is printed.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -185,6 +188,142 @@ TEST(CudaMlaPrefillTest, ForcedSplits) {
   RunPrefill({kHeads, MlaCacheType::kF16, 5, 2000, 4, 64, 1, true}, 524);  // graph replay, splits
 }
 
+// n_seqs sequences of `run` rows each (the first at positions[s]) in ONE launch, pages of all of
+// them shuffled in one pool; every sequence's output against the CPU and, bit for bit, against its
+// own single-sequence launch with the same split count.
+void RunBatched(int64_t nh, int64_t run, const std::vector<int64_t>& positions, int forced_splits, bool graph,
+                uint64_t seed) {
+  const int64_t n_seqs = static_cast<int64_t>(positions.size());
+  SCOPED_TRACE(::testing::Message() << "batched: heads " << nh << " seqs " << n_seqs << " run " << run << " splits "
+                                    << forced_splits);
+  std::mt19937_64 rng(seed);
+  const int64_t RW = kMlaRow, VW = kKvLora, ps = 64;
+  int64_t len_max = 1;
+  for (int64_t pos : positions) len_max = std::max(len_max, pos + run);
+  const int64_t bucket = Bucket(len_max);
+  const int64_t row_stride = RW + 8, page_stride = ps * row_stride + 64;
+  const int64_t t_stride = (bucket + ps - 1) / ps + 2;
+  std::vector<int64_t> n_pages(n_seqs);
+  int64_t total_pages = 0;
+  for (int64_t s = 0; s < n_seqs; ++s) total_pages += n_pages[s] = (positions[s] + run + ps - 1) / ps;
+  MlaTestPool pool;
+  FillMlaTestPool(rng, total_pages + 2, page_stride, MlaCacheType::kF16, &pool);
+  std::vector<int32_t> table(n_seqs * t_stride, -1), lens(n_seqs * run);
+  for (int64_t s = 0, next = 0; s < n_seqs; ++s) {
+    for (int64_t pg = 0; pg < n_pages[s]; ++pg) table[s * t_stride + pg] = pool.order[next++];
+    for (int64_t i = 0; i < run; ++i) lens[s * run + i] = static_cast<int32_t>(positions[s] + i + 1);
+  }
+  const int64_t q_stride = nh * RW + 4, out_stride = nh * VW + 8;
+  const int64_t q_seq = run * q_stride + 12, out_seq = run * out_stride + 6;
+  const auto q = Normal(rng, n_seqs * q_seq, 0.0, 1.0);
+  const int splits = forced_splits > 0 ? forced_splits : MlaPrefillSplits(run, nh, bucket, n_seqs);
+  DeviceBuffer<int32_t> d_table(table), d_lens(lens);
+  DeviceBuffer<float> d_q(q), d_out(n_seqs * out_seq), d_one(run * out_stride);
+  const int64_t ws_bytes = MlaPrefillWorkspaceBytes(MlaCacheType::kF16, bucket, n_seqs * run, nh, RW, VW, splits);
+  DeviceBuffer<uint8_t> d_ws(static_cast<size_t>(std::max<int64_t>(ws_bytes, 16)));
+  d_out.Poison();
+  d_ws.Poison();
+  MlaPrefillParams p;
+  p.q = d_q.get();
+  p.q_row_stride = q_stride;
+  p.q_seq_stride = q_seq;
+  p.cache = pool.device(MlaCacheType::kF16);
+  p.cache_type = MlaCacheType::kF16;
+  p.page_stride = page_stride;
+  p.row_stride = row_stride;
+  p.page_size = ps;
+  p.block_table = d_table.get();
+  p.block_table_stride = t_stride;
+  p.seq_lens = d_lens.get();
+  p.n_seqs = n_seqs;
+  p.n_rows = run;
+  p.n_heads = nh;
+  p.row_width = RW;
+  p.value_width = VW;
+  p.max_len = bucket;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(kQkHeadDim));
+  p.out = d_out.get();
+  p.out_row_stride = out_stride;
+  p.out_seq_stride = out_seq;
+  p.n_splits = splits;
+  p.workspace = d_ws.get();
+  if (graph) {
+    cudaStream_t stream;
+    K3_ASSERT_CUDA(cudaStreamCreate(&stream));
+    cudaGraph_t g;
+    cudaGraphExec_t exec;
+    K3_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    const cudaError_t e = MlaPrefill(p, stream);
+    K3_ASSERT_CUDA(cudaStreamEndCapture(stream, &g));
+    K3_ASSERT_CUDA(e);
+    K3_ASSERT_CUDA(cudaGraphInstantiate(&exec, g, 0));
+    K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+    K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+    K3_ASSERT_CUDA(cudaStreamSynchronize(stream));
+    K3_ASSERT_CUDA(cudaGraphExecDestroy(exec));
+    K3_ASSERT_CUDA(cudaGraphDestroy(g));
+    K3_ASSERT_CUDA(cudaStreamDestroy(stream));
+  } else {
+    K3_ASSERT_LAUNCH(MlaPrefill(p, nullptr));
+  }
+  const auto out = d_out.Download();
+
+  double worst = 0.0;
+  int64_t mismatches = 0, bad_padding = 0;
+  std::vector<float> ref(nh * VW);
+  for (int64_t s = 0; s < n_seqs; ++s) {
+    const float* got = out.data() + s * out_seq;
+    for (int64_t k = run * out_stride; k < out_seq; ++k) bad_padding += std::isnan(got[k]) ? 0 : 1;
+    MlaPrefillParams one = p;  // the same sequence alone
+    one.n_seqs = 1;
+    one.q = d_q.get() + s * q_seq;
+    one.block_table = d_table.get() + s * t_stride;
+    one.seq_lens = d_lens.get() + s * run;
+    one.out = d_one.get();
+    d_one.Poison();
+    K3_ASSERT_LAUNCH(MlaPrefill(one, nullptr));
+    const auto alone = d_one.Download();
+    std::vector<const float*> pages(n_pages[s]);
+    for (int64_t pg = 0; pg < n_pages[s]; ++pg) pages[pg] = pool.values.data() + table[s * t_stride + pg] * page_stride;
+    for (int64_t i = 0; i < run; ++i) {
+      const float* g = got + i * out_stride;
+      for (int64_t k = 0; k < nh * VW; ++k) {
+        mismatches += std::memcmp(&g[k], &alone[i * out_stride + k], sizeof(float)) != 0 ? 1 : 0;
+      }
+      for (int64_t k = nh * VW; k < out_stride; ++k) bad_padding += std::isnan(g[k]) ? 0 : 1;
+      cpu::MlaAttention({&q[s * q_seq + i * q_stride], pages.data(), ps, row_stride, lens[s * run + i], RW, VW, nh,
+                         p.scale, ref.data()});
+      for (int64_t h = 0; h < nh; ++h) {
+        double num = 0.0, den = 0.0;
+        for (int64_t d = 0; d < VW; ++d) {
+          const double e = ref[h * VW + d], a = g[h * VW + d];
+          num += (a - e) * (a - e);
+          den += e * e;
+        }
+        const double rel = std::sqrt(num / std::max(den, 1e-300));
+        worst = std::isnan(rel) ? INFINITY : std::max(worst, rel);
+      }
+    }
+  }
+  std::printf("[ MlaPrefill ] batched: heads %3lld seqs %2lld run %3lld splits %2d: worst rel L2 %.3e, %lld values differ from the single launches\n",
+              static_cast<long long>(nh), static_cast<long long>(n_seqs), static_cast<long long>(run), splits, worst,
+              static_cast<long long>(mismatches));
+  EXPECT_EQ(bad_padding, 0) << "padding written";
+  EXPECT_EQ(mismatches, 0) << "batched launch differs from the per-sequence launches";
+  EXPECT_LE(worst, kBar);
+}
+
+// A decode step's shapes: one row per sequence, lens far apart (a short sequence next to long ones:
+// its blocks find no rows in most splits).
+TEST(CudaMlaPrefillTest, BatchedSequences) {
+  K3_REQUIRE_GPU();
+  RunBatched(kHeads, 1, {4095, 0, 700, 2047, 1, 3000, 64, 4000}, 0, false, 700);
+  RunBatched(kHeads, 1, {4095, 0, 700, 2047}, 5, true, 701);  // forced splits, graph replay
+  RunBatched(kHeads / 2, 1, {100, 2500, 9}, 0, false, 702);    // 2-GPU heads
+  RunBatched(kHeads, 3, {10, 500}, 1, false, 703);             // runs of several rows, 1 split
+  RunBatched(20, 2, {1000, 30, 77}, 3, false, 704);            // heads not dividing 64
+}
+
 TEST(CudaMlaPrefillLargeTest, Run512At3584) {
   K3_REQUIRE_GPU();
   RunPrefill({kHeads, MlaCacheType::kF32, 512, 3584, 0, 64, 5}, 600);
@@ -238,7 +377,23 @@ TEST(CudaMlaPrefillTest, BadArguments) {
   EXPECT_EQ(with([](auto& p) { p.row_stride = 580; }), cudaErrorMisalignedAddress);
   EXPECT_EQ(with([](auto& p) { p.q = q + 1; }), cudaErrorMisalignedAddress);
   EXPECT_EQ(with([](auto& p) { p.out = out + 1; }), cudaErrorMisalignedAddress);
+  EXPECT_EQ(with([](auto& p) { p.n_seqs = -1; }), cudaErrorInvalidValue);
+  EXPECT_EQ(with([](auto& p) { p.n_seqs = 2; p.q_seq_stride = 576; p.out_seq_stride = 512; }),
+            cudaErrorInvalidValue);  // no table stride
+  EXPECT_EQ(with([](auto& p) { p.n_seqs = 2; p.block_table_stride = 1; p.q_seq_stride = 100; p.out_seq_stride = 512; }),
+            cudaErrorInvalidValue);  // sequences' q overlap
+  EXPECT_EQ(with([](auto& p) {
+              p.n_seqs = 2;
+              p.block_table_stride = 1;
+              p.q_seq_stride = 576;
+              p.out_seq_stride = 512;
+              p.cache_type = MlaCacheType::kF32;
+            }),
+            cudaErrorInvalidValue);  // an f32 cache is one sequence a launch
+  EXPECT_EQ(with([](auto& p) { p.n_seqs = 2; p.block_table_stride = 1; p.q_seq_stride = 578; p.out_seq_stride = 512; }),
+            cudaErrorMisalignedAddress);
   EXPECT_EQ(with([](auto& p) { p.n_rows = 0; }), cudaSuccess);  // nothing to do
+  EXPECT_EQ(with([](auto& p) { p.n_seqs = 0; }), cudaSuccess);
 }
 
 }  // namespace

@@ -904,17 +904,24 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
           pp.scale = dp.scale;
           pp.out_row_stride = nh * lora;
           pp.workspace = m.mla_ws;
-          // A run is one launch; a decode step one launch per sequence (its own block table).
-          const int64_t launches = prefill_run ? 1 : v.n_seqs, rows = prefill_run ? n : 1;
+          // A run is one launch. A decode step is one launch of all its sequences (one row each, its
+          // own block table) on an f16 cache, one launch per sequence on an f32 one (whose f16 copy
+          // is of one sequence).
+          const bool batched = !prefill_run && pp.cache_type == cuda::MlaCacheType::kF16;
+          const int64_t launches = prefill_run || batched ? 1 : v.n_seqs, rows = prefill_run ? n : 1;
+          pp.n_seqs = batched ? v.n_seqs : 1;
+          pp.q_seq_stride = nh * row;
+          pp.out_seq_stride = nh * lora;
+          pp.block_table_stride = MP;
           for (int64_t i = 0; i < launches; ++i) {
             pp.q = m.qabs + i * nh * row;
             pp.block_table = bt_d + i * MP;
             pp.seq_lens = lens_d + i;
             pp.n_rows = rows;
             pp.out = m.lat + i * nh * lora;
-            pp.n_splits = cuda::MlaPrefillSplits(rows, nh, bucket);
-            while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, rows, nh, row, lora,
-                                                                     pp.n_splits) > 4 * m.mla_ws_floats) {
+            pp.n_splits = cuda::MlaPrefillSplits(rows, nh, bucket, pp.n_seqs);
+            while (pp.n_splits > 1 && cuda::MlaPrefillWorkspaceBytes(pp.cache_type, bucket, pp.n_seqs * rows, nh, row,
+                                                                     lora, pp.n_splits) > 4 * m.mla_ws_floats) {
               --pp.n_splits;
             }
             K3_CU(cuda::MlaPrefill(pp, s));

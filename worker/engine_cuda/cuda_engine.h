@@ -80,7 +80,8 @@ struct CudaEngineOptions {
   // slice8, int8 experts: LM head at batch 16 2.67 -> 0.82 ms, dense FFN 1.72 -> 0.54; with the
   // rest of bc25b6e batch 16 559.2 -> 834.8 tok/s. Batches of up to 8 keep the exact f32 GEMV. 1..16.
   int64_t dense_gemv_max_rows = 8;
-  // Decode steps run MLA attention on tensor cores too (MlaPrefill per sequence: q, cache rows and
+  // Decode steps run MLA attention on tensor cores too (MlaPrefill, one launch of all sequences on an
+  // f16 cache, one per sequence on an f32 one: q, cache rows and
   // softmax weights rounded to f16, ~1e-3 relative per output vector) instead of the exact f32
   // flash-decoding kernel (MlaDecode), which is compute-bound: MLA 3.1 ms per layer at 128k on an
   // H200 against 0.45; real-width slice, int8 experts: 4k, batch 1, 245.4 -> 257.3 tok/s; 8k,

@@ -13,7 +13,9 @@
 namespace k3::cuda {
 namespace {
 
-constexpr int kBM = 64;        // (row, head) pairs per block: the GEMM's M
+// (row, head) pairs per block, the GEMM's M (the kernel's BM): 64, or 48 where that pads a
+// sequence's pairs less (PairTile: a decode step's 96 or 48 heads, of which 64-pair blocks leave
+// a quarter empty, and the kernel is bound by its mma and ldmatrix work, not by HBM).
 constexpr int kBN = 64;        // cache rows per tile
 constexpr int kWarps = 8;
 constexpr int kThreads = 32 * kWarps;
@@ -30,9 +32,15 @@ constexpr float kLog2e = 1.4426950408889634f;
 // ptx::Swz (chunk c of row r at chunk c ^ (r & 7)): the rows themselves are 1152 or 128 bytes
 // apart, i.e. in the same banks, so the XOR makes every ldmatrix and every tile store
 // conflict-free.
-size_t SmemBytes(int rw) {
-  return sizeof(__half) * (static_cast<size_t>(3) * kBM * rw + kBM * kBN) +  // Q, 2 key tiles, P
-         sizeof(float) * 6 * kBM + sizeof(int) * (kBM + 2);                  // statistics, lens
+size_t SmemBytes(int rw, int bm) {
+  return sizeof(__half) * (static_cast<size_t>(bm + 2 * kBN) * rw + bm * kBN) +  // Q, 2 key tiles, P
+         sizeof(float) * 6 * bm + sizeof(int) * (bm + 2);                        // statistics, lens
+}
+
+// The pair tile for runs of n_pairs pairs: the one that pads them least (64 on a tie).
+int PairTile(int64_t n_pairs) {
+  const int64_t pad64 = detail::CeilDiv(n_pairs, 64) * 64, pad48 = detail::CeilDiv(n_pairs, 48) * 48;
+  return pad48 < pad64 ? 48 : 64;
 }
 
 using ptx::CpAsync16;
@@ -78,32 +86,37 @@ __global__ void __launch_bounds__(kThreads) MlaToHalfKernel(const float* cache, 
 
 struct Args {
   const float* q;
-  int64_t q_row_stride;
+  int64_t q_row_stride, q_seq_stride;
   const __half* keys;     // f16 rows: paged through `table`, or dense (table null: row t at keys + t*row_stride)
   const int32_t* table;
+  int64_t table_stride;   // entries between the sequences' tables
   int64_t page_stride, row_stride;
   int page_size;
   const int32_t* seq_lens;
-  int n_heads, n_pairs, n_splits, rw, vw, max_len;
+  int n_seqs, n_heads, n_rows, n_pairs, n_tiles, n_splits, rw, vw, max_len;  // n_rows, n_pairs, n_tiles: per sequence
   float q_mul;            // scale · log2(e): scores come out in log2 units
   float* out;
-  int64_t out_row_stride;
-  float* part;            // n_splits > 1: [n_splits][n_pairs][vw + 4]: Σ p·V (unnormalized), m (log2), l
+  int64_t out_row_stride, out_seq_stride;
+  float* part;            // n_splits > 1: [n_splits][n_seqs·n_pairs][vw + 4]: Σ p·V (unnormalized), m (log2), l
 };
 
-// Block = (64 pairs, one context split), 8 warps. Per key tile of 64 cache rows (cp.async into
+// Block = (sequence, BM (64 or 48) of its pairs, one context split), 8 warps. Per key tile of 64 cache rows (cp.async into
 // one of two buffers, the next tile loading while this one is used; rows beyond the tile's largest
 // len are zero-filled):
-//   S = Q·Kᵀ (64 × 64): warp (wm = w % 4, wn = w / 4) computes rows 16·wm.., keys 32·wn.., over
-//     the whole row width (ldmatrix + mma.sync m16n8k16);
+//   S = Q·Kᵀ (BM × 64): warp (wm = w % (BM/16), wn = w / (BM/16)) computes rows 16·wm.., keys
+//     32·wn.., over the whole row width (ldmatrix + mma.sync m16n8k16); with BM = 48 warps 6 and
+//     7 skip S and the softmax;
 //   masked (key >= len of the pair's row), row max across the two key halves through shared
 //     memory, online softmax in f32 (m, l per pair; l sums the f16-rounded weights that P·V uses,
 //     so the result is a convex combination of the f16 V rows), P -> shared memory as f16;
-//   O = α·O + P·V: warp w owns O[64 pairs][value columns 64w..64w+63] in registers (128 floats
+//   O = α·O + P·V: warp w owns O[BM pairs][value columns 64w..64w+63] in registers (2·BM floats
 //     per thread), V = the first value_width columns of the same key tile (ldmatrix.trans).
 // Three barriers per tile: (1) tile ready / previous tile's P·V done, (2) partial maxima written,
 // (3) P and α written. Each buffer is overwritten only after the barrier that follows its last read.
+template <int BM>
 __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
+  static_assert(BM == 48 || BM == 64);
+  constexpr int kBM = BM, kMt = BM / 16;
   PdlEnter();
   extern __shared__ __align__(128) unsigned char smem[];
   const int rw = a.rw, vw = a.vw, cpr = rw / 8;
@@ -119,13 +132,17 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int item = static_cast<int>(gridDim.x - 1 - blockIdx.x);  // latest rows (longest) first
-  const int tile = item / a.n_splits, split = item - tile * a.n_splits;
+  const int per_seq = a.n_tiles * a.n_splits, seq = item / per_seq;
+  const int tile = (item - seq * per_seq) / a.n_splits, split = item - seq * per_seq - tile * a.n_splits;
   const int p0 = tile * kBM;
+  const float* const q = a.q + seq * a.q_seq_stride;
+  const int32_t* const lens = a.seq_lens + seq * a.n_rows;
+  const int32_t* const table = a.table != nullptr ? a.table + seq * a.table_stride : nullptr;
 
-  if (tid < kBM) {
+  if (tid < 64) {  // whole warps 0 and 1 (the reduction)
     const int pr = p0 + tid;
-    const int len = pr < a.n_pairs ? min(max(a.seq_lens[pr / a.n_heads], 0), a.max_len) : 0;
-    s_len[tid] = len;
+    const int len = tid < kBM && pr < a.n_pairs ? min(max(lens[pr / a.n_heads], 0), a.max_len) : 0;
+    if (tid < kBM) s_len[tid] = len;
     const int m = __reduce_max_sync(detail::kFullMask, len);
     if (lane == 0) s_red[warp] = m;
   }
@@ -134,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
     uint4 h = make_uint4(0u, 0u, 0u, 0u);
     if (pr < a.n_pairs) {
       const int row = pr / a.n_heads, head = pr - row * a.n_heads;
-      h = LoadHalf8(a.q + row * a.q_row_stride + static_cast<int64_t>(head) * rw + c * 8, a.q_mul);
+      h = LoadHalf8(q + row * a.q_row_stride + static_cast<int64_t>(head) * rw + c * 8, a.q_mul);
     }
     *reinterpret_cast<uint4*>(reinterpret_cast<unsigned char*>(sq) + Swz(r, c, cpr)) = h;
   }
@@ -150,8 +167,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
   auto row_src = [&](int kt) -> const __half* {
     const int t = r_lo + kt * kBN + (tid >> 2);
     if (t >= r_hi) return nullptr;
-    return a.table != nullptr ? a.keys + a.table[t / a.page_size] * a.page_stride + (t % a.page_size) * a.row_stride
-                              : a.keys + t * a.row_stride;
+    return table != nullptr ? a.keys + table[t / a.page_size] * a.page_stride + (t % a.page_size) * a.row_stride
+                            : a.keys + t * a.row_stride;
   };
   auto issue_tile = [&](int kt, const __half* src) {
     const int r = tid >> 2;
@@ -166,7 +183,8 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
     CpAsyncCommit();
   };
 
-  const int wm = warp & 3, wn = warp >> 2;
+  const int wm = warp % kMt, wn = warp / kMt;
+  const bool s_warp = warp < 2 * kMt;  // computes S and the softmax of its rows and keys
   const int g = lane >> 2, qd = lane & 3;  // mma fragment: row g (and g + 8), columns 2·qd, 2·qd + 1
   const int r0 = wm * 16 + g, r1 = r0 + 8;
   const int len0 = s_len[r0], len1 = s_len[r1];
@@ -184,9 +202,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
   const int c0 = warp * kColsPerWarp;  // this warp's value columns
 
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;  // l: this thread's columns only
-  float o[4][8][4];
+  float o[kMt][8][4];
 #pragma unroll
-  for (int mt = 0; mt < 4; ++mt) {
+  for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -215,81 +233,85 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
 #pragma unroll
       for (int e = 0; e < 4; ++e) s[j][e] = 0.0f;
     }
-    const uint32_t k_addr = k_tile + (wn * 32 + kb_row) * row_bytes;
-    for (int cg = 0; cg < cpr / 8; ++cg) {  // 64 columns = 8 chunks = 4 k-steps
+    if (s_warp) {
+      const uint32_t k_addr = k_tile + (wn * 32 + kb_row) * row_bytes;
+      for (int cg = 0; cg < cpr / 8; ++cg) {  // 64 columns = 8 chunks = 4 k-steps
 #pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        uint32_t af[4], b0[4], b1[4];
-        LdMatrixX4(af, q_addr + cg * 128 + (((2 * u + a_hi) ^ sw) << 4));
-        const uint32_t kofs = cg * 128 + (((2 * u + kb_hi) ^ sw) << 4);
-        LdMatrixX4(b0, k_addr + kofs);
-        LdMatrixX4(b1, k_addr + 16 * row_bytes + kofs);
-        Mma16816(s[0], af, b0[0], b0[1]);
-        Mma16816(s[1], af, b0[2], b0[3]);
-        Mma16816(s[2], af, b1[0], b1[1]);
-        Mma16816(s[3], af, b1[2], b1[3]);
+        for (int u = 0; u < 4; ++u) {
+          uint32_t af[4], b0[4], b1[4];
+          LdMatrixX4(af, q_addr + cg * 128 + (((2 * u + a_hi) ^ sw) << 4));
+          const uint32_t kofs = cg * 128 + (((2 * u + kb_hi) ^ sw) << 4);
+          LdMatrixX4(b0, k_addr + kofs);
+          LdMatrixX4(b1, k_addr + 16 * row_bytes + kofs);
+          Mma16816(s[0], af, b0[0], b0[1]);
+          Mma16816(s[1], af, b0[2], b0[3]);
+          Mma16816(s[2], af, b1[0], b1[1]);
+          Mma16816(s[3], af, b1[2], b1[3]);
+        }
       }
-    }
 
-    // Mask, row maxima (quad, then the two key halves through shared memory).
-    const int key0 = r_lo + kt * kBN + wn * 32 + 2 * qd;
-    float mx0 = -INFINITY, mx1 = -INFINITY;
+      // Mask, row maxima (quad, then the two key halves through shared memory).
+      const int key0 = r_lo + kt * kBN + wn * 32 + 2 * qd;
+      float mx0 = -INFINITY, mx1 = -INFINITY;
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
+      for (int j = 0; j < 4; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e) {
-        const int key = key0 + 8 * j + e;
-        if (key >= len0) s[j][e] = -INFINITY;
-        if (key >= len1) s[j][2 + e] = -INFINITY;
-        mx0 = fmaxf(mx0, s[j][e]);
-        mx1 = fmaxf(mx1, s[j][2 + e]);
+        for (int e = 0; e < 2; ++e) {
+          const int key = key0 + 8 * j + e;
+          if (key >= len0) s[j][e] = -INFINITY;
+          if (key >= len1) s[j][2 + e] = -INFINITY;
+          mx0 = fmaxf(mx0, s[j][e]);
+          mx1 = fmaxf(mx1, s[j][2 + e]);
+        }
       }
-    }
 #pragma unroll
-    for (int o2 = 1; o2 <= 2; o2 <<= 1) {
-      mx0 = fmaxf(mx0, __shfl_xor_sync(detail::kFullMask, mx0, o2));
-      mx1 = fmaxf(mx1, __shfl_xor_sync(detail::kFullMask, mx1, o2));
-    }
-    if (qd == 0) {
-      s_max[wn * kBM + r0] = mx0;
-      s_max[wn * kBM + r1] = mx1;
-    }
+      for (int o2 = 1; o2 <= 2; o2 <<= 1) {
+        mx0 = fmaxf(mx0, __shfl_xor_sync(detail::kFullMask, mx0, o2));
+        mx1 = fmaxf(mx1, __shfl_xor_sync(detail::kFullMask, mx1, o2));
+      }
+      if (qd == 0) {
+        s_max[wn * kBM + r0] = mx0;
+        s_max[wn * kBM + r1] = mx1;
+      }
+    }  // s_warp
     __syncthreads();  // (2)
-    const float mn0 = fmaxf(m0, fmaxf(s_max[r0], s_max[kBM + r0]));
-    const float mn1 = fmaxf(m1, fmaxf(s_max[r1], s_max[kBM + r1]));
-    const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
-    const float al1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
-    m0 = mn0;
-    m1 = mn1;
-    float sum0 = 0.0f, sum1 = 0.0f;
-    unsigned char* const p_row0 = reinterpret_cast<unsigned char*>(sp) + r0 * (kBN * 2) + 4 * qd;
-    unsigned char* const p_row1 = p_row0 + 8 * (kBN * 2);
+    if (s_warp) {
+      const float mn0 = fmaxf(m0, fmaxf(s_max[r0], s_max[kBM + r0]));
+      const float mn1 = fmaxf(m1, fmaxf(s_max[r1], s_max[kBM + r1]));
+      const float al0 = mn0 == -INFINITY ? 1.0f : exp2f(m0 - mn0);
+      const float al1 = mn1 == -INFINITY ? 1.0f : exp2f(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+      float sum0 = 0.0f, sum1 = 0.0f;
+      unsigned char* const p_row0 = reinterpret_cast<unsigned char*>(sp) + r0 * (kBN * 2) + 4 * qd;
+      unsigned char* const p_row1 = p_row0 + 8 * (kBN * 2);
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const float e0 = s[j][0] == -INFINITY ? 0.0f : exp2f(s[j][0] - mn0);
-      const float e1 = s[j][1] == -INFINITY ? 0.0f : exp2f(s[j][1] - mn0);
-      const float e2 = s[j][2] == -INFINITY ? 0.0f : exp2f(s[j][2] - mn1);
-      const float e3 = s[j][3] == -INFINITY ? 0.0f : exp2f(s[j][3] - mn1);
-      const __half2 h01 = __floats2half2_rn(e0, e1), h23 = __floats2half2_rn(e2, e3);
-      const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
-      sum0 += f01.x + f01.y;
-      sum1 += f23.x + f23.y;
-      const int chunk = ((wn * 4 + j) ^ g) << 4;  // r0 & 7 == r1 & 7 == g
-      *reinterpret_cast<__half2*>(p_row0 + chunk) = h01;
-      *reinterpret_cast<__half2*>(p_row1 + chunk) = h23;
-    }
-    l0 = l0 * al0 + sum0;
-    l1 = l1 * al1 + sum1;
-    if (wn == 0 && qd == 0) {
-      s_alpha[r0] = al0;
-      s_alpha[r1] = al1;
-    }
+      for (int j = 0; j < 4; ++j) {
+        const float e0 = s[j][0] == -INFINITY ? 0.0f : exp2f(s[j][0] - mn0);
+        const float e1 = s[j][1] == -INFINITY ? 0.0f : exp2f(s[j][1] - mn0);
+        const float e2 = s[j][2] == -INFINITY ? 0.0f : exp2f(s[j][2] - mn1);
+        const float e3 = s[j][3] == -INFINITY ? 0.0f : exp2f(s[j][3] - mn1);
+        const __half2 h01 = __floats2half2_rn(e0, e1), h23 = __floats2half2_rn(e2, e3);
+        const float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
+        sum0 += f01.x + f01.y;
+        sum1 += f23.x + f23.y;
+        const int chunk = ((wn * 4 + j) ^ g) << 4;  // r0 & 7 == r1 & 7 == g
+        *reinterpret_cast<__half2*>(p_row0 + chunk) = h01;
+        *reinterpret_cast<__half2*>(p_row1 + chunk) = h23;
+      }
+      l0 = l0 * al0 + sum0;
+      l1 = l1 * al1 + sum1;
+      if (wn == 0 && qd == 0) {
+        s_alpha[r0] = al0;
+        s_alpha[r1] = al1;
+      }
+    }  // s_warp
     __syncthreads();  // (3)
 
     // O = α·O + P·V over this warp's 64 value columns.
     if (c0 < vw) {
 #pragma unroll
-      for (int mt = 0; mt < 4; ++mt) {
+      for (int mt = 0; mt < kMt; ++mt) {
         const float a0 = s_alpha[mt * 16 + g], a1 = s_alpha[mt * 16 + g + 8];
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -311,7 +333,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
           }
         }
 #pragma unroll
-        for (int mt = 0; mt < 4; ++mt) {
+        for (int mt = 0; mt < kMt; ++mt) {
           uint32_t pf[4];
           LdMatrixX4(pf, p_addr + mt * 16 * (kBN * 2) + (((2 * kk + a_hi) ^ sw) << 4));
 #pragma unroll
@@ -332,7 +354,7 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
     l0 += __shfl_xor_sync(detail::kFullMask, l0, o2);
     l1 += __shfl_xor_sync(detail::kFullMask, l1, o2);
   }
-  if (qd == 0) {
+  if (s_warp && qd == 0) {
     s_l[wn * kBM + r0] = l0;
     s_l[wn * kBM + r1] = l1;
     if (wn == 0) {
@@ -343,9 +365,11 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
   __syncthreads();
   const bool direct = a.n_splits == 1;
   const int64_t part_stride = vw + 4;
+  const int64_t all_pairs = static_cast<int64_t>(a.n_seqs) * a.n_pairs;
+  const int64_t pair_base = static_cast<int64_t>(seq) * a.n_pairs;  // this sequence's first pair in part
   if (c0 < vw) {
 #pragma unroll
-    for (int mt = 0; mt < 4; ++mt) {
+    for (int mt = 0; mt < kMt; ++mt) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
         const int r = mt * 16 + g + 8 * half, pr = p0 + r;
@@ -356,9 +380,9 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
           const float l = s_l[r] + s_l[kBM + r];
           mul = l > 0.0f ? 1.0f / l : 0.0f;
           const int row = pr / a.n_heads, head = pr - row * a.n_heads;
-          dst = a.out + row * a.out_row_stride + static_cast<int64_t>(head) * vw;
+          dst = a.out + seq * a.out_seq_stride + row * a.out_row_stride + static_cast<int64_t>(head) * vw;
         } else {
-          dst = a.part + (static_cast<int64_t>(split) * a.n_pairs + pr) * part_stride;
+          dst = a.part + (split * all_pairs + pair_base + pr) * part_stride;
         }
 #pragma unroll
         for (int nt = 0; nt < 8; ++nt) {
@@ -371,20 +395,22 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
     }
   }
   if (!direct && tid < kBM && p0 + tid < a.n_pairs) {
-    float* dst = a.part + (static_cast<int64_t>(split) * a.n_pairs + p0 + tid) * part_stride;
+    float* dst = a.part + (split * all_pairs + pair_base + p0 + tid) * part_stride;
     dst[vw] = s_m[tid];
     dst[vw + 1] = s_l[tid] + s_l[kBM + tid];
   }
 }
 
-// Block = one pair: out = Σ_s 2^{m_s - M} acc_s / Σ_s 2^{m_s - M} l_s.
+// Block = one pair of one sequence (blockIdx = seq·n_pairs + pair):
+// out = Σ_s 2^{m_s - M} acc_s / Σ_s 2^{m_s - M} l_s.
 __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const float* part, int n_splits, int n_pairs,
                                                                            int n_heads, int vw, float* out,
-                                                                           int64_t out_row_stride) {
+                                                                           int64_t out_row_stride,
+                                                                           int64_t out_seq_stride) {
   PdlEnter();
-  const int pr = blockIdx.x;
-  const int64_t stride = vw + 4, split_stride = static_cast<int64_t>(n_pairs) * stride;
-  const float* base = part + static_cast<int64_t>(pr) * stride;
+  const int seq = static_cast<int>(blockIdx.x) / n_pairs, pr = static_cast<int>(blockIdx.x) - seq * n_pairs;
+  const int64_t stride = vw + 4, split_stride = static_cast<int64_t>(gridDim.x) * stride;
+  const float* base = part + static_cast<int64_t>(blockIdx.x) * stride;
   float mx = -INFINITY;
   for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, base[s * split_stride + vw]);
   float den = 0.0f;
@@ -394,7 +420,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const
   }
   const float inv = den > 0.0f ? 1.0f / den : 0.0f;
   const int row = pr / n_heads, head = pr - row * n_heads;
-  float* o = out + row * out_row_stride + static_cast<int64_t>(head) * vw;
+  float* o = out + seq * out_seq_stride + row * out_row_stride + static_cast<int64_t>(head) * vw;
   for (int d = 2 * threadIdx.x; d < vw; d += 2 * kCombineThreads) {
     float2 num = make_float2(0.0f, 0.0f);
     for (int s = 0; s < n_splits; ++s) {
@@ -424,8 +450,8 @@ int64_t MlaPrefillWorkspaceBytes(MlaCacheType cache_type, int64_t max_len, int64
   return ConvBytes(cache_type, max_len, row_width) + part;
 }
 
-int MlaPrefillSplits(int64_t n_rows, int64_t n_heads, int64_t max_len) {
-  const int64_t tiles = detail::CeilDiv(n_rows * n_heads, kBM);
+int MlaPrefillSplits(int64_t n_rows, int64_t n_heads, int64_t max_len, int64_t n_seqs) {
+  const int64_t tiles = n_seqs * detail::CeilDiv(n_rows * n_heads, PairTile(n_rows * n_heads));
   if (tiles <= 0 || max_len <= 0) return 1;
   const int64_t sms = detail::MultiprocessorCount();
   const int64_t cap = std::min<int64_t>(64, std::max<int64_t>(1, detail::CeilDiv(max_len, kMinSplitRows)));
@@ -444,8 +470,10 @@ int MlaPrefillSplits(int64_t n_rows, int64_t n_heads, int64_t max_len) {
 }
 
 cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
-  if (p.n_rows < 0 || p.n_heads < 0 || p.n_splits < 1 || p.n_splits > 1024) return cudaErrorInvalidValue;
-  if (p.n_rows == 0 || p.n_heads == 0) return cudaSuccess;
+  if (p.n_rows < 0 || p.n_heads < 0 || p.n_seqs < 0 || p.n_splits < 1 || p.n_splits > 1024) {
+    return cudaErrorInvalidValue;
+  }
+  if (p.n_rows == 0 || p.n_heads == 0 || p.n_seqs == 0) return cudaSuccess;
   if (p.row_width < 64 || p.row_width > kMaxRow || p.row_width % 64 != 0) return cudaErrorInvalidValue;
   if (p.value_width < 16 || p.value_width > kMaxValue || p.value_width % 16 != 0 || p.value_width > p.row_width) {
     return cudaErrorInvalidValue;
@@ -458,15 +486,23 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   if (p.q_row_stride < p.n_heads * p.row_width || p.out_row_stride < p.n_heads * p.value_width) {
     return cudaErrorInvalidValue;
   }
+  // Several sequences: each its own table, lens, q and out rows; the f32 cache's dense f16 copy is
+  // of one sequence's rows, so they need the f16 cache.
+  if (p.n_seqs > 1 && (p.cache_type != MlaCacheType::kF16 || p.block_table_stride < 1 ||
+                       p.q_seq_stride < p.n_rows * p.q_row_stride || p.out_seq_stride < p.n_rows * p.out_row_stride)) {
+    return cudaErrorInvalidValue;
+  }
   const int64_t n_pairs = p.n_rows * p.n_heads;
-  const int64_t tiles = detail::CeilDiv(n_pairs, kBM);
-  if (n_pairs > INT_MAX || tiles * p.n_splits > INT_MAX) return cudaErrorInvalidValue;
-  const int64_t ws_bytes = MlaPrefillWorkspaceBytes(p.cache_type, p.max_len, p.n_rows, p.n_heads, p.row_width,
-                                                    p.value_width, p.n_splits);
+  const int bm = PairTile(n_pairs);
+  const int64_t tiles = detail::CeilDiv(n_pairs, bm);
+  if (p.n_seqs * n_pairs > INT_MAX || p.n_seqs * tiles * p.n_splits > INT_MAX) return cudaErrorInvalidValue;
+  const int64_t ws_bytes = MlaPrefillWorkspaceBytes(p.cache_type, p.max_len, p.n_seqs * p.n_rows, p.n_heads,
+                                                    p.row_width, p.value_width, p.n_splits);
   if (ws_bytes > 0 && p.workspace == nullptr) return cudaErrorInvalidValue;
   const int64_t vec = p.cache_type == MlaCacheType::kF16 ? 8 : 4;
   if (!Aligned(p.cache, 16) || !Aligned(p.q, 16) || !Aligned(p.out, 8) || !Aligned(p.workspace, 16) ||
-      p.page_stride % vec != 0 || p.row_stride % vec != 0 || p.q_row_stride % 4 != 0 || p.out_row_stride % 2 != 0) {
+      p.page_stride % vec != 0 || p.row_stride % vec != 0 || p.q_row_stride % 4 != 0 || p.out_row_stride % 2 != 0 ||
+      (p.n_seqs > 1 && (p.q_seq_stride % 4 != 0 || p.out_seq_stride % 2 != 0))) {
     return cudaErrorMisalignedAddress;
   }
 
@@ -475,9 +511,13 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   Args a{};
   a.q = p.q;
   a.q_row_stride = p.q_row_stride;
+  a.q_seq_stride = p.q_seq_stride;
   a.seq_lens = p.seq_lens;
+  a.n_seqs = static_cast<int>(p.n_seqs);
   a.n_heads = static_cast<int>(p.n_heads);
+  a.n_rows = static_cast<int>(p.n_rows);
   a.n_pairs = static_cast<int>(n_pairs);
+  a.n_tiles = static_cast<int>(tiles);
   a.n_splits = p.n_splits;
   a.rw = rw;
   a.vw = vw;
@@ -485,6 +525,7 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   a.q_mul = p.scale * kLog2e;
   a.out = p.out;
   a.out_row_stride = p.out_row_stride;
+  a.out_seq_stride = p.out_seq_stride;
   if (p.cache_type == MlaCacheType::kF32) {
     __half* dense = reinterpret_cast<__half*>(ws);
     const auto blocks = static_cast<unsigned>(detail::CeilDiv(p.max_len, kConvRows));
@@ -499,18 +540,21 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   } else {
     a.keys = static_cast<const __half*>(p.cache);
     a.table = p.block_table;
+    a.table_stride = p.block_table_stride;
     a.page_stride = p.page_stride;
     a.row_stride = p.row_stride;
     a.page_size = static_cast<int>(p.page_size);
   }
   a.part = p.n_splits > 1 ? reinterpret_cast<float*>(ws + ConvBytes(p.cache_type, p.max_len, p.row_width)) : nullptr;
 
-  const size_t smem = SmemBytes(rw);
-  K3_CUDA_CHECK(cudaFuncSetAttribute(MlaPrefillKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  K3_CUDA_CHECK(LaunchKernel(MlaPrefillKernel, static_cast<unsigned>(tiles * p.n_splits), kThreads, smem, stream, a));
+  const size_t smem = SmemBytes(rw, bm);
+  auto* const kernel = bm == 48 ? MlaPrefillKernel<48> : MlaPrefillKernel<64>;
+  K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  K3_CUDA_CHECK(LaunchKernel(kernel, static_cast<unsigned>(p.n_seqs * tiles * p.n_splits), kThreads, smem, stream, a));
   if (p.n_splits > 1) {
-    K3_CUDA_CHECK(LaunchKernel(MlaPrefillCombineKernel, static_cast<unsigned>(n_pairs), kCombineThreads, 0, stream,
-                               a.part, p.n_splits, a.n_pairs, a.n_heads, vw, p.out, p.out_row_stride));
+    K3_CUDA_CHECK(LaunchKernel(MlaPrefillCombineKernel, static_cast<unsigned>(p.n_seqs * n_pairs), kCombineThreads, 0,
+                               stream, a.part, p.n_splits, a.n_pairs, a.n_heads, vw, p.out, p.out_row_stride,
+                               p.out_seq_stride));
   }
   return cudaSuccess;
 }
