@@ -115,9 +115,9 @@ struct Args {
 // (3) P and α written. Each buffer is overwritten only after the barrier that follows its last read.
 template <int BM>
 __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
+  PdlEnter();
   static_assert(BM == 48 || BM == 64);
   constexpr int kBM = BM, kMt = BM / 16;
-  PdlEnter();
   extern __shared__ __align__(128) unsigned char smem[];
   const int rw = a.rw, vw = a.vw, cpr = rw / 8;
   __half* sq = reinterpret_cast<__half*>(smem);                // [kBM][rw]
