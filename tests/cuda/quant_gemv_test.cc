@@ -439,6 +439,23 @@ TEST(QuantGemvTest, Iq1sBatchInvariant) {
   }
 }
 
+// Q8_0 stacks of short rows (the short-row kernel, gemv_q8_0_short.cu): the MLA heads' k_b (512 x
+// 128) and v_b (128 x 512) of 96 heads, each slot its own x, 1..16 tokens and 17 (two passes);
+// 256-wide rows (2 threads a row), partial row tiles, slots picked through mat_ids; and rows of 96
+// weights (3 blocks), which stay on the block GEMV.
+TEST(QuantGemvTest, K3MlaHeadStacksQ8_0) {
+  K3_REQUIRE_GPU();
+  uint64_t seed = 900;
+  for (int64_t tokens : {1, 3, 16, 17}) {
+    RunCase({GgmlType::kQ8_0, 512, 128, tokens, 96, 96, false}, ++seed);
+    RunCase({GgmlType::kQ8_0, 128, 512, tokens, 96, 96, false}, ++seed);
+  }
+  RunCase({GgmlType::kQ8_0, 100, 256, 5, 7, 4, false}, ++seed);
+  RunCase({GgmlType::kQ8_0, 33, 512, 2, 3, 5, true}, ++seed);
+  RunCase({GgmlType::kQ8_0, 130, 128, 9, 48, 48, false}, ++seed);
+  RunCase({GgmlType::kQ8_0, 64, 96, 4, 5, 5, false}, ++seed);
+}
+
 TEST(QuantGemvTest, GoldenModelShapes) {
   K3_REQUIRE_GPU();
   // k3-golden-a: hidden 512, expert latent 256, expert FFN 256 (one IQ1_S block per row)

@@ -8,6 +8,7 @@
 #include "kernels/cuda/quant_gemv/gemv_impl.cuh"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_rows.cuh"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_sub.cuh"
+#include "kernels/cuda/quant_gemv/gemv_q8_0_short.cuh"
 
 namespace k3::cuda {
 namespace qgemv {
@@ -186,12 +187,14 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
     a.y = p.y;
     return LaunchIq1sSub(a, p.int8_x, stream);
   }
+  // Q8_0 stacks of rows of 128..512 weights (the MLA heads' k_b and v_b): a thread per 128 weights.
+  const bool short_rows = Q8_0ShortApplies(p.type, a);
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMaxTokens) {
     const int64_t nt = p.n_tokens - t0 < kQuantGemvMaxTokens ? p.n_tokens - t0 : kQuantGemvMaxTokens;
     a.n_tokens = static_cast<int32_t>(nt);
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
-    K3_CUDA_CHECK(launch(a, smem, stream));
+    K3_CUDA_CHECK(short_rows ? LaunchQ8_0Short(a, stream) : launch(a, smem, stream));
   }
   return cudaSuccess;
 }
