@@ -24,6 +24,7 @@ constexpr int kMaxValue = 512;
 constexpr int kColsPerWarp = kMaxValue / kWarps;  // P·V: warp w owns value columns [64w, 64w + 64)
 constexpr int kConvRows = 32;                     // f32 -> f16 pass: cache rows per block
 constexpr int kCombineThreads = 128;
+constexpr int kMaxSplits = 1024;                  // MlaPrefill's bound on n_splits
 constexpr int kMinSplitRows = 512;                // MlaPrefillSplits: cache rows per split at least
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -402,34 +403,54 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillKernel(const Args a) {
 }
 
 // Block = one pair of one sequence (blockIdx = seq·n_pairs + pair):
-// out = Σ_s 2^{m_s - M} acc_s / Σ_s 2^{m_s - M} l_s.
+// out = Σ_s 2^{m_s - M} acc_s / Σ_s 2^{m_s - M} l_s. The split weights 2^{m_s - M} are formed once
+// per block into shared memory (0 for a split that saw no row: m_s = -inf, acc_s = 0), so the value
+// loop is loads and FMAs with no branch and the loads of several splits in flight. The sums run in
+// split order, as before this form.
 __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const float* part, int n_splits, int n_pairs,
                                                                            int n_heads, int vw, float* out,
                                                                            int64_t out_row_stride,
                                                                            int64_t out_seq_stride) {
   PdlEnter();
+  __shared__ float s_w[kMaxSplits];
+  __shared__ float s_red[kCombineThreads / 32];
+  __shared__ float s_inv;
   const int seq = static_cast<int>(blockIdx.x) / n_pairs, pr = static_cast<int>(blockIdx.x) - seq * n_pairs;
   const int64_t stride = vw + 4, split_stride = static_cast<int64_t>(gridDim.x) * stride;
   const float* base = part + static_cast<int64_t>(blockIdx.x) * stride;
+  const int tid = threadIdx.x;
   float mx = -INFINITY;
-  for (int s = 0; s < n_splits; ++s) mx = fmaxf(mx, base[s * split_stride + vw]);
-  float den = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
-    const float ms = base[s * split_stride + vw];
-    if (ms != -INFINITY) den += base[s * split_stride + vw + 1] * exp2f(ms - mx);
+  for (int s = tid; s < n_splits; s += kCombineThreads) {
+    s_w[s] = base[s * split_stride + vw];
+    mx = fmaxf(mx, s_w[s]);
   }
-  const float inv = den > 0.0f ? 1.0f / den : 0.0f;
+#pragma unroll
+  for (int o2 = 16; o2 > 0; o2 >>= 1) mx = fmaxf(mx, __shfl_xor_sync(detail::kFullMask, mx, o2));
+  if ((tid & 31) == 0) s_red[tid >> 5] = mx;
+  __syncthreads();
+#pragma unroll
+  for (int w = 0; w < kCombineThreads / 32; ++w) mx = fmaxf(mx, s_red[w]);
+  for (int s = tid; s < n_splits; s += kCombineThreads) s_w[s] = s_w[s] == -INFINITY ? 0.0f : exp2f(s_w[s] - mx);
+  __syncthreads();
+  if (tid == 0) {
+    float den = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      if (s_w[s] != 0.0f) den += base[s * split_stride + vw + 1] * s_w[s];
+    }
+    s_inv = den > 0.0f ? 1.0f / den : 0.0f;
+  }
+  __syncthreads();
+  const float inv = s_inv;
   const int row = pr / n_heads, head = pr - row * n_heads;
   float* o = out + seq * out_seq_stride + row * out_row_stride + static_cast<int64_t>(head) * vw;
-  for (int d = 2 * threadIdx.x; d < vw; d += 2 * kCombineThreads) {
+  for (int d = 2 * tid; d < vw; d += 2 * kCombineThreads) {
     float2 num = make_float2(0.0f, 0.0f);
+#pragma unroll 4
     for (int s = 0; s < n_splits; ++s) {
-      const float ms = base[s * split_stride + vw];
-      if (ms == -INFINITY) continue;
-      const float w = exp2f(ms - mx);
+      const float w = s_w[s];
       const float2 v = *reinterpret_cast<const float2*>(base + s * split_stride + d);
-      num.x += w * v.x;
-      num.y += w * v.y;
+      num.x = fmaf(w, v.x, num.x);
+      num.y = fmaf(w, v.y, num.y);
     }
     *reinterpret_cast<float2*>(o + d) = make_float2(num.x * inv, num.y * inv);
   }
@@ -470,7 +491,7 @@ int MlaPrefillSplits(int64_t n_rows, int64_t n_heads, int64_t max_len, int64_t n
 }
 
 cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
-  if (p.n_rows < 0 || p.n_heads < 0 || p.n_seqs < 0 || p.n_splits < 1 || p.n_splits > 1024) {
+  if (p.n_rows < 0 || p.n_heads < 0 || p.n_seqs < 0 || p.n_splits < 1 || p.n_splits > kMaxSplits) {
     return cudaErrorInvalidValue;
   }
   if (p.n_rows == 0 || p.n_heads == 0 || p.n_seqs == 0) return cudaSuccess;
