@@ -46,6 +46,42 @@ int64_t Bucket(int64_t max_len) {
   return b;
 }
 
+// One MlaPrefill call: on the default stream, or captured in a CUDA graph and replayed twice
+// (replays give the same result).
+void Launch(const MlaPrefillParams& p, bool graph) {
+  if (!graph) {
+    K3_ASSERT_LAUNCH(MlaPrefill(p, nullptr));
+    return;
+  }
+  cudaStream_t stream;
+  K3_ASSERT_CUDA(cudaStreamCreate(&stream));
+  cudaGraph_t g;
+  cudaGraphExec_t exec;
+  K3_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+  const cudaError_t e = MlaPrefill(p, stream);
+  K3_ASSERT_CUDA(cudaStreamEndCapture(stream, &g));
+  K3_ASSERT_CUDA(e);
+  K3_ASSERT_CUDA(cudaGraphInstantiate(&exec, g, 0));
+  K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+  K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
+  K3_ASSERT_CUDA(cudaStreamSynchronize(stream));
+  K3_ASSERT_CUDA(cudaGraphExecDestroy(exec));
+  K3_ASSERT_CUDA(cudaGraphDestroy(g));
+  K3_ASSERT_CUDA(cudaStreamDestroy(stream));
+  K3_ASSERT_CUDA(cudaGetLastError());
+}
+
+// Relative L2 error of one output vector (n values) against the reference (NaN stays NaN).
+double RelL2(const float* got, const float* ref, int64_t n) {
+  double num = 0.0, den = 0.0;
+  for (int64_t d = 0; d < n; ++d) {
+    const double e = ref[d], a = got[d];
+    num += (a - e) * (a - e);
+    den += e * e;
+  }
+  return std::sqrt(num / std::max(den, 1e-300));
+}
+
 void RunPrefill(const PrefillCase& c, uint64_t seed) {
   const char* type = c.type == MlaCacheType::kF16 ? "f16" : "f32";
   SCOPED_TRACE(::testing::Message() << "heads " << c.n_heads << " " << type << " run " << c.run << " pos " << c.pos
@@ -91,26 +127,8 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
   p.out_row_stride = out_stride;
   p.n_splits = splits;
   p.workspace = d_ws.get();
-  if (c.graph) {
-    cudaStream_t stream;
-    K3_ASSERT_CUDA(cudaStreamCreate(&stream));
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    K3_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const cudaError_t e = MlaPrefill(p, stream);
-    K3_ASSERT_CUDA(cudaStreamEndCapture(stream, &graph));
-    K3_ASSERT_CUDA(e);
-    K3_ASSERT_CUDA(cudaGraphInstantiate(&exec, graph, 0));
-    K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
-    K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));  // replays give the same result
-    K3_ASSERT_CUDA(cudaStreamSynchronize(stream));
-    K3_ASSERT_CUDA(cudaGraphExecDestroy(exec));
-    K3_ASSERT_CUDA(cudaGraphDestroy(graph));
-    K3_ASSERT_CUDA(cudaStreamDestroy(stream));
-    K3_ASSERT_CUDA(cudaGetLastError());
-  } else {
-    K3_ASSERT_LAUNCH(MlaPrefill(p, nullptr));
-  }
+  Launch(p, c.graph);
+  if (::testing::Test::HasFatalFailure()) return;
   const auto out = d_out.Download();
 
   double worst = 0.0;
@@ -126,13 +144,7 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
     cpu::MlaAttention({&q[i * q_stride], pages.data(), ps, row_stride, lens[i], RW, VW, nh, p.scale, ref.data()});
     ++checked;
     for (int64_t h = 0; h < nh; ++h) {
-      double num = 0.0, den = 0.0;
-      for (int64_t d = 0; d < VW; ++d) {
-        const double e = ref[h * VW + d], a = got[h * VW + d];
-        num += (a - e) * (a - e);
-        den += e * e;
-      }
-      const double rel = std::sqrt(num / std::max(den, 1e-300));
+      const double rel = RelL2(got + h * VW, ref.data() + h * VW, VW);
       if (!(rel <= worst)) {  // NaN is the worst
         worst = std::isnan(rel) ? INFINITY : rel;
         worst_row = i;
@@ -247,25 +259,8 @@ void RunBatched(int64_t nh, int64_t run, const std::vector<int64_t>& positions, 
   p.out_seq_stride = out_seq;
   p.n_splits = splits;
   p.workspace = d_ws.get();
-  if (graph) {
-    cudaStream_t stream;
-    K3_ASSERT_CUDA(cudaStreamCreate(&stream));
-    cudaGraph_t g;
-    cudaGraphExec_t exec;
-    K3_ASSERT_CUDA(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
-    const cudaError_t e = MlaPrefill(p, stream);
-    K3_ASSERT_CUDA(cudaStreamEndCapture(stream, &g));
-    K3_ASSERT_CUDA(e);
-    K3_ASSERT_CUDA(cudaGraphInstantiate(&exec, g, 0));
-    K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
-    K3_ASSERT_CUDA(cudaGraphLaunch(exec, stream));
-    K3_ASSERT_CUDA(cudaStreamSynchronize(stream));
-    K3_ASSERT_CUDA(cudaGraphExecDestroy(exec));
-    K3_ASSERT_CUDA(cudaGraphDestroy(g));
-    K3_ASSERT_CUDA(cudaStreamDestroy(stream));
-  } else {
-    K3_ASSERT_LAUNCH(MlaPrefill(p, nullptr));
-  }
+  Launch(p, graph);
+  if (::testing::Test::HasFatalFailure()) return;
   const auto out = d_out.Download();
 
   double worst = 0.0;
@@ -294,13 +289,7 @@ void RunBatched(int64_t nh, int64_t run, const std::vector<int64_t>& positions, 
       cpu::MlaAttention({&q[s * q_seq + i * q_stride], pages.data(), ps, row_stride, lens[s * run + i], RW, VW, nh,
                          p.scale, ref.data()});
       for (int64_t h = 0; h < nh; ++h) {
-        double num = 0.0, den = 0.0;
-        for (int64_t d = 0; d < VW; ++d) {
-          const double e = ref[h * VW + d], a = g[h * VW + d];
-          num += (a - e) * (a - e);
-          den += e * e;
-        }
-        const double rel = std::sqrt(num / std::max(den, 1e-300));
+        const double rel = RelL2(g + h * VW, ref.data() + h * VW, VW);
         worst = std::isnan(rel) ? INFINITY : std::max(worst, rel);
       }
     }
