@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const
                                                                            int64_t out_row_stride,
                                                                            int64_t out_seq_stride) {
   PdlEnter();
-  __shared__ float s_w[kMaxSplits];
+  __shared__ float s_w[kMaxSplits], s_l[kMaxSplits];  // per split: m, then its weight; l
   __shared__ float s_red[kCombineThreads / 32];
   __shared__ float s_inv;
   const int seq = static_cast<int>(blockIdx.x) / n_pairs, pr = static_cast<int>(blockIdx.x) - seq * n_pairs;
@@ -422,6 +422,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const
   float mx = -INFINITY;
   for (int s = tid; s < n_splits; s += kCombineThreads) {
     s_w[s] = base[s * split_stride + vw];
+    s_l[s] = base[s * split_stride + vw + 1];
     mx = fmaxf(mx, s_w[s]);
   }
 #pragma unroll
@@ -435,7 +436,7 @@ __global__ void __launch_bounds__(kCombineThreads) MlaPrefillCombineKernel(const
   if (tid == 0) {
     float den = 0.0f;
     for (int s = 0; s < n_splits; ++s) {
-      if (s_w[s] != 0.0f) den += base[s * split_stride + vw + 1] * s_w[s];
+      if (s_w[s] != 0.0f) den += s_l[s] * s_w[s];
     }
     s_inv = den > 0.0f ? 1.0f / den : 0.0f;
   }

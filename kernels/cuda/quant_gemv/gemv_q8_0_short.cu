@@ -7,12 +7,11 @@
 //   - a thread loads its 136 bytes (4 blocks of d + 32 int8) as 17 aligned 8-byte words (rows are
 //     34·4·S bytes, a multiple of 8), decodes each weight once and uses it for every token:
 //     per block s_t = Σ_j q_j·x_t[j] (fmaf in column order), acc_t += d·s_t;
-//   - the S partial sums of a row meet in a butterfly of S - 1 shuffles per token.
+//   - the S partial sums of a row meet in a butterfly of log2(S) shuffles per token.
 // Against the block GEMV (gemv_impl.cuh), whose 4-row warp tiles give a 128-wide row's 16 runs of
 // 8 weights to 32 lanes and then reduce 4 x tokens sums across the warp: H200, slice8 at batch 16
 // k_b and v_b took 107.5 us a launch there, 29.7 here (ncu; 4 launches a step, 6.7 MB of weights
 // each, 201 MFLOP: neither HBM nor the FMA pipe is near its limit yet at this size).
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/cuda/cuda_check.h"
@@ -71,7 +70,7 @@ __global__ void __launch_bounds__(kShortThreads) Q8_0ShortKernel(const Args a, i
 #pragma unroll
   for (int b = 0; b < 4; ++b) {
     const int base = 34 * b;  // even: d is one half-word of one 4-byte word
-    const float d = __half2float(__ushort_as_half(static_cast<unsigned short>(w[base >> 2] >> (8 * (base & 3)))));
+    const float d = HalfToFloat(w[base >> 2] >> (8 * (base & 3)));
     float s[NT];
 #pragma unroll
     for (int t = 0; t < NT; ++t) s[t] = 0.0f;
