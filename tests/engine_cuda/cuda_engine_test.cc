@@ -552,6 +552,29 @@ TEST_F(CudaGoldenTest, F16CacheStaysClose) {
   }
 }
 
+// The per-kind bytes behind the decode bench's floors: every kind the model has is counted, the
+// routed experts' share grows with the rows until every expert is read, never more than is resident.
+TEST_F(CudaGoldenTest, StepBytesByKindCountEveryKind) {
+  auto e = Open(true, true);
+  ASSERT_NE(e, nullptr);
+  const auto& c = e->config();
+  const int64_t all = (c.n_experts + c.n_experts_used - 1) / c.n_experts_used;  // rows that reach every expert
+  const auto one = e->step_bytes(1, 100), many = e->step_bytes(all, 100), more = e->step_bytes(2 * all, 7);
+  EXPECT_EQ(one.kda > 0, c.n_kda_layers() > 0);
+  EXPECT_EQ(one.mla_weights > 0, c.n_mla_layers() > 0);
+  EXPECT_GT(one.head, 0u);
+  EXPECT_GT(one.embed, 0u);
+  EXPECT_EQ(one.mla_cache, e->cache_bytes_per_token() * 100);
+  EXPECT_EQ(more.mla_cache, e->cache_bytes_per_token() * 2 * all * 7);
+  EXPECT_EQ(one.weights(), e->step_weight_bytes(1));
+  if (c.n_experts > c.n_experts_used) {
+    EXPECT_LT(one.moe, many.moe);
+  }
+  EXPECT_EQ(many.moe, more.moe);                     // every expert once, however many rows
+  EXPECT_EQ(many.kda + many.mla_weights + many.dense + many.head, one.kda + one.mla_weights + one.dense + one.head);
+  EXPECT_LE(many.weights(), e->weight_bytes());      // a step reads no more than is resident
+}
+
 // A generated model: the CPU engine reads the file, the GPU engine fills the same bytes in memory.
 TEST(CudaEngineSynthTest, MatchesCpuEngineOnGeneratedModel) {
   SKIP_WITHOUT_GPU();

@@ -386,29 +386,33 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   return absl::OkStatus();
 }
 
-uint64_t CudaEngine::step_weight_bytes(int64_t n_seqs) const {
+StepBytes CudaEngine::step_bytes(int64_t n_seqs, int64_t ctx) const {
   const model::K3Config& c = config_;
   const Impl& m = *impl_;
-  uint64_t b = MatBytes(m.output) + m.token_embd.row_bytes;
+  StepBytes b;
+  b.embed = m.token_embd.row_bytes;
+  b.head = MatBytes(m.output);
+  b.mla_cache = cache_bytes_per_token() * static_cast<uint64_t>(n_seqs) * static_cast<uint64_t>(ctx);
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const DLayer& l = m.layers[il];
     if (c.is_mla(il)) {
       const DMla& w = l.mla;
-      b += MatBytes(w.q_a) + MatBytes(w.q_b) + MatBytes(w.kv_a) + MatBytes(w.out) + (w.has_gate ? MatBytes(w.gate) : 0);
-      b += w.k_b.matrix_stride * w.k_b.count + w.v_b.matrix_stride * w.v_b.count;
+      b.mla_weights += MatBytes(w.q_a) + MatBytes(w.q_b) + MatBytes(w.kv_a) + MatBytes(w.out) +
+                       (w.has_gate ? MatBytes(w.gate) : 0) + w.k_b.matrix_stride * w.k_b.count +
+                       w.v_b.matrix_stride * w.v_b.count;
     } else {
       const DKda& w = l.kda;
-      b += MatBytes(w.q) + MatBytes(w.k) + MatBytes(w.v) + MatBytes(w.f_a) + MatBytes(w.f_b) + MatBytes(w.beta) +
-           MatBytes(w.g) + MatBytes(w.out);
+      b.kda += MatBytes(w.q) + MatBytes(w.k) + MatBytes(w.v) + MatBytes(w.f_a) + MatBytes(w.f_b) + MatBytes(w.beta) +
+               MatBytes(w.g) + MatBytes(w.out);
     }
     if (c.is_dense(il)) {
-      b += MatBytes(l.dense.gate) + MatBytes(l.dense.up) + MatBytes(l.dense.down);
+      b.dense += MatBytes(l.dense.gate) + MatBytes(l.dense.up) + MatBytes(l.dense.down);
     } else {
       const DMoe& w = l.moe;
-      b += MatBytes(w.router) + MatBytes(w.routed_down) + MatBytes(w.routed_up);
-      if (w.has_shared) b += MatBytes(w.shared_gate) + MatBytes(w.shared_up) + MatBytes(w.shared_down);
-      b += static_cast<uint64_t>(std::min<int64_t>(n_seqs * c.n_experts_used, shard_.n_experts)) *
-           (w.gate_exps.matrix_stride + w.up_exps.matrix_stride + w.down_exps.matrix_stride);
+      b.moe += MatBytes(w.router) + MatBytes(w.routed_down) + MatBytes(w.routed_up);
+      if (w.has_shared) b.moe += MatBytes(w.shared_gate) + MatBytes(w.shared_up) + MatBytes(w.shared_down);
+      b.moe += static_cast<uint64_t>(std::min<int64_t>(n_seqs * c.n_experts_used, shard_.n_experts)) *
+               (w.gate_exps.matrix_stride + w.up_exps.matrix_stride + w.down_exps.matrix_stride);
     }
   }
   return b;

@@ -163,6 +163,14 @@ struct StepProfile {
   }
 };
 
+// Bytes one decode step must read per layer kind (StepProfile's kinds): each weight once, per MoE
+// layer min(n_seqs x K, experts) distinct experts, the MLA cache rows attended to. Over the HBM
+// rate they are each kind's floor.
+struct StepBytes {
+  uint64_t embed = 0, kda = 0, mla_weights = 0, mla_cache = 0, dense = 0, moe = 0, head = 0;
+  uint64_t weights() const { return embed + kda + mla_weights + dense + moe + head; }
+};
+
 // ForwardSummaries' request for one input, and what it returns for it: per output row (one, or
 // every token with all_logits), the band's best top_n (cuda::BandTop's order and padding: the
 // same as runtime::SummarizeBand), the band's logsumexp, and the band's logits if asked for.
@@ -194,7 +202,9 @@ class CudaEngine {
   uint64_t weight_bytes() const { return weight_bytes_; }
   // Bytes of weights one decode step of n_seqs rows reads at least (each weight once; per MoE
   // layer min(n_seqs x K, experts) distinct experts).
-  uint64_t step_weight_bytes(int64_t n_seqs) const;
+  uint64_t step_weight_bytes(int64_t n_seqs) const { return step_bytes(n_seqs, 0).weights(); }
+  // The same bytes by layer kind, with the cache of n_seqs sequences of ctx cached rows each.
+  StepBytes step_bytes(int64_t n_seqs, int64_t ctx) const;
   // Bytes per cached MLA row (all MLA layers), for the cache term of the floor.
   uint64_t cache_bytes_per_token() const;
   // Multiply-adds of one token's forward on this rank without the LM head (the prefill floor):
