@@ -4,10 +4,10 @@
 // floor (weight bytes read per step + MLA cache bytes, over 4.4 TB/s) and the fraction reached,
 // then a per-layer-kind breakdown of one eager step from CUDA events, and each kind's eager time
 // against its own floor (CudaEngine::step_bytes: its weights, and MLA's cache rows, over 4.4
-// TB/s). --ctx takes a list: the sequences are prefilled to each context in turn and measured there. --prefill N1,N2 (decode
-// skipped with --batches 0) times a fresh sequence's prefill of N tokens (chunks of
-// --chunk) beside its compute floor: multiply-adds x 2 over the measured dense f16/bf16
-// tensor-core rate (790 TFLOP/s on an H200), with a per-layer-kind breakdown.
+// TB/s). --ctx takes a list: the sequences are prefilled to each context in turn and measured
+// there. --prefill N1,N2 (decode skipped with --batches 0) times a fresh sequence's prefill of N
+// tokens (chunks of --chunk) beside its compute floor: multiply-adds x 2 over the measured dense
+// f16/bf16 tensor-core rate (790 TFLOP/s on an H200), with a per-layer-kind breakdown.
 //
 // Built with NCCL (K3_WITH_MPI): under mpirun every rank holds its shard of one tensor + expert
 // parallel group (one GPU per rank, --expert-groups G; default 1 = every expert split into

@@ -571,9 +571,10 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   K3_CUDA_CHECK(LaunchKernel(kernel, static_cast<unsigned>(p.n_seqs * tiles * p.n_splits), kThreads, smem, stream, a));
   if (p.n_splits > 1) {
-    const dim3 grid(static_cast<unsigned>(p.n_seqs * n_pairs), static_cast<unsigned>(detail::CeilDiv(vw, kCombineThreads)));
-    K3_CUDA_CHECK(LaunchKernel(MlaPrefillCombineKernel, grid, kCombineThreads, 0, stream, a.part, p.n_splits, a.n_pairs, a.n_heads, vw, p.out, p.out_row_stride,
-                               p.out_seq_stride));
+    const dim3 grid(static_cast<unsigned>(p.n_seqs * n_pairs),
+                    static_cast<unsigned>(detail::CeilDiv(vw, kCombineThreads)));
+    K3_CUDA_CHECK(LaunchKernel(MlaPrefillCombineKernel, grid, kCombineThreads, 0, stream, a.part, p.n_splits,
+                               a.n_pairs, a.n_heads, vw, p.out, p.out_row_stride, p.out_seq_stride));
   }
   return cudaSuccess;
 }
