@@ -30,6 +30,7 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/activation/activation.h"
 #include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/quant/dequantize.h"
@@ -122,6 +123,9 @@ Tol TolFor(GgmlType type, bool split) {
 
 // ---- plain products ----
 
+// The K3 activation constants (activation.situ_beta, situ_linear_beta) for the gate|up tests.
+constexpr float kSituBeta = 4.0f, kSituLambda = 25.0f;
+
 // The knobs of QuantGemmParams that must not change any result.
 // (wgmma = false keeps IQ1_S on the mma.sync kernel: the same products summed in another order.)
 struct Knobs {
@@ -174,10 +178,10 @@ struct BlasHandle {
 };
 
 // One QuantGemm call on dense inputs: y [n_tokens][y_stride], poisoned with NaN before the call
-// (empty after a failed launch).
+// (empty after a failed launch). With `up`: QuantGemmGateUpSitu of w (gate) and up instead.
 std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w, const std::vector<float>& x,
-                               int64_t x_stride, int64_t y_stride) {
-  DeviceBuffer<uint8_t> d_w(w);
+                               int64_t x_stride, int64_t y_stride, const std::vector<uint8_t>* up = nullptr) {
+  DeviceBuffer<uint8_t> d_w(w), d_up(up != nullptr ? *up : std::vector<uint8_t>(16));
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<size_t>(std::max<int64_t>(c.n_tokens, 1) * y_stride));
   d_y.Poison();
@@ -206,6 +210,8 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
     e = QuantGemmBlas(p, BlasScratch{blas.h, d_wh.get(), d_wh.size()}, nullptr);
     const cudaError_t done = cudaDeviceSynchronize();  // before the scratch and handle go
     EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+  } else if (up != nullptr) {
+    e = QuantGemmGateUpSitu({p, d_up.get(), kSituBeta, kSituLambda}, nullptr);
   } else {
     e = QuantGemm(p, nullptr);
   }
@@ -359,9 +365,16 @@ GroupedInputs MakeGroupedInputs(const GroupedCase& c, uint64_t seed) {
 }
 
 // One grouped QuantGemm call: y [n_tokens_bound][y_stride], poisoned with NaN before the call
-// (empty after a failed launch).
-std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in) {
-  DeviceBuffer<uint8_t> d_w(in.pool);
+// (empty after a failed launch). With `up` (pool[n_mats][mat_stride], like in.pool):
+// QuantGemmGateUpSitu of in.pool (gate) and up instead, and with y_half its f16 output
+// ([n_tokens_bound][rows] f16 bits, QuantGemmGateUpParams::y_half) downloaded there. x_half: the
+// product's x already rounded (QuantGemmParams::x_half, [n_src][cols] f16 bits) instead of in.x.
+std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in,
+                                 const std::vector<uint8_t>* up = nullptr, std::vector<uint16_t>* y_half = nullptr,
+                                 const std::vector<uint16_t>* x_half = nullptr) {
+  DeviceBuffer<uint8_t> d_w(in.pool), d_up(up != nullptr ? *up : std::vector<uint8_t>(16));
+  DeviceBuffer<uint16_t> d_yh(y_half != nullptr ? static_cast<size_t>(c.n_tokens_bound * c.rows) : 0);
+  DeviceBuffer<uint16_t> d_xh(x_half != nullptr ? *x_half : std::vector<uint16_t>());
   DeviceBuffer<float> d_x(in.x);
   DeviceBuffer<int32_t> d_ids(in.mat_of), d_off(c.offsets), d_rows(in.x_rows);
   DeviceBuffer<float> d_y(static_cast<size_t>(c.n_tokens_bound * in.y_stride));
@@ -390,11 +403,19 @@ std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in) 
   DeviceBuffer<uint8_t> d_ws(QuantGemmWorkspaceBytes(p));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
-  const cudaError_t e = QuantGemm(p, nullptr);
+  if (x_half != nullptr) {
+    p.x_half = d_xh.get();
+    p.x = nullptr;  // not read
+  }
+  const cudaError_t e = up != nullptr ? QuantGemmGateUpSitu({p, d_up.get(), kSituBeta, kSituLambda,
+                                                             y_half != nullptr ? d_yh.get() : nullptr},
+                                                            nullptr)
+                                      : QuantGemm(p, nullptr);
   EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
   const cudaError_t done = cudaDeviceSynchronize();
   EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
   if (e != cudaSuccess || done != cudaSuccess) return {};
+  if (y_half != nullptr) *y_half = d_yh.Download();
   return d_y.Download();
 }
 
@@ -634,6 +655,93 @@ TEST(QuantGemmTest, Iq1sDecodesAndTilesAgreeBitForBit) {
     const BitDiff d = CompareBits(LaunchPlain(c, w, x, c.cols, c.rows), want);
     EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0) << PlainName(c) << ": " << d.differ << " outputs differ";
   }
+}
+
+// Situ (activation.h) of rows [0, n) of g and u ([*][stride], `width` values a row), on the GPU.
+std::vector<float> SituOnGpu(const std::vector<float>& g, const std::vector<float>& u, int64_t n, int64_t width,
+                             int64_t stride) {
+  DeviceBuffer<float> d_g(g), d_u(u);
+  const SituParams p{d_g.get(), d_u.get(), d_g.get(), n, width, stride, stride, stride, kSituBeta, kSituLambda};
+  const cudaError_t e = Situ(p, nullptr);
+  EXPECT_EQ(e, cudaSuccess) << cudaGetErrorString(e);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return d_g.Download();
+}
+
+// QuantGemmGateUpSitu is QuantGemm(gate), QuantGemm(up) and Situ, bit for bit (rows past the
+// groups and the padding columns left as they were): grouped over uneven experts at the K3 widths
+// (3584 -> 3072, every wgmma width from tiles of 1 to 128 tokens), with a partial 64-row tile
+// (200 rows), and plain with partial row and token tiles.
+TEST(QuantGemmTest, Iq1sGateUpSituIsGateUpThenSituBitForBit) {
+  K3_REQUIRE_GPU();
+  QuantGemmParams probe;
+  probe.type = GgmlType::kIQ1_S;
+  if (!QuantGemmGateUpSupports(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
+  std::mt19937_64 rng(61);
+  std::vector<int32_t> off, xr;
+  RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
+  for (int64_t rows : {int64_t{3072}, int64_t{200}}) {
+    GroupedCase g{GgmlType::kIQ1_S, rows, 3584, 1024, off, xr, 1024 * 16 + 3, 16, false};
+    const GroupedInputs in = MakeGroupedInputs(g, 62), in_up = MakeGroupedInputs(g, 63);
+    GroupedInputs up = in;
+    up.pool = in_up.pool;
+    const std::vector<float> yg = LaunchGrouped(g, in), yu = LaunchGrouped(g, up);
+    const std::vector<float> fused = LaunchGrouped(g, in, &up.pool);
+    ASSERT_FALSE(yg.empty() || yu.empty() || fused.empty());
+    const std::vector<float> want = SituOnGpu(yg, yu, off.back(), rows, in.y_stride);
+    const BitDiff d = CompareBits(fused, want);
+    EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0)
+        << GroupedName(g) << " gate|up: " << d.differ << " outputs differ (first at " << d.first << "), "
+        << d.zero_sign << " in the sign of zero";
+  }
+  PlainCase c{GgmlType::kIQ1_S, 200, 512, 1100};
+  std::mt19937_64 prng(64);
+  const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, prng);
+  const std::vector<uint8_t> wu = RandomQuantRows(c.type, c.rows, c.cols, prng);
+  const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
+  const int64_t y_stride = c.rows + 3;
+  const std::vector<float> yg = LaunchPlain(c, w, x, c.cols, y_stride), yu = LaunchPlain(c, wu, x, c.cols, y_stride);
+  const std::vector<float> fused = LaunchPlain(c, w, x, c.cols, y_stride, &wu);
+  ASSERT_FALSE(yg.empty() || yu.empty() || fused.empty());
+  const BitDiff d = CompareBits(fused, SituOnGpu(yg, yu, c.n_tokens, c.rows, y_stride));
+  EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0) << PlainName(c) << " gate|up: " << d.differ << " outputs differ";
+}
+
+// The gate|up launch's f16 output (y_half) feeds the next product as it would its own pre-pass:
+// the experts' down product (3072 -> 3584) with x_half gives the bits it gives with x = situ in
+// f32 (rows past the groups are never read, so they may differ: NaN in f32, unwritten in f16).
+TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
+  K3_REQUIRE_GPU();
+  QuantGemmParams probe;
+  probe.type = GgmlType::kIQ1_S;
+  if (!QuantGemmGateUpSupports(probe) || !QuantGemmTakesHalfX(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
+  std::mt19937_64 rng(71);
+  std::vector<int32_t> off, xr;
+  RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
+  const int64_t bound = 1024 * 16 + 3, total = off.back();
+  GroupedCase g{GgmlType::kIQ1_S, 3072, 3584, 1024, off, xr, bound, 16, false};
+  const GroupedInputs in = MakeGroupedInputs(g, 72), in_up = MakeGroupedInputs(g, 73);
+  const std::vector<float> act = LaunchGrouped(g, in, &in_up.pool);
+  std::vector<uint16_t> act_half;
+  LaunchGrouped(g, in, &in_up.pool, &act_half);
+  ASSERT_FALSE(act.empty());
+  ASSERT_EQ(act_half.size(), static_cast<size_t>(bound * 3072));
+
+  // The down product over the same groups, its rows in grouped order (x row p = sequence row p).
+  std::vector<int32_t> identity(total);
+  for (int64_t p = 0; p < total; ++p) identity[p] = static_cast<int32_t>(p);
+  GroupedCase d{GgmlType::kIQ1_S, 3584, 3072, bound, off, identity, bound, 16, false};
+  GroupedInputs down = MakeGroupedInputs(d, 74);
+  down.x.assign(static_cast<size_t>(bound * down.x_stride), 0.0f);
+  for (int64_t p = 0; p < total; ++p) {
+    std::copy_n(act.begin() + p * in.y_stride, 3072, down.x.begin() + p * down.x_stride);
+  }
+  const std::vector<float> from_f32 = LaunchGrouped(d, down);
+  const std::vector<float> from_half = LaunchGrouped(d, down, nullptr, nullptr, &act_half);
+  ASSERT_FALSE(from_f32.empty() || from_half.empty());
+  const BitDiff diff = CompareBits(from_half, from_f32);
+  EXPECT_TRUE(diff.differ == 0 && diff.zero_sign == 0)
+      << "down from the f16 output: " << diff.differ << " outputs differ (first at " << diff.first << ")";
 }
 
 TEST(QuantGemmTest, GraphCaptureAndReplay) {

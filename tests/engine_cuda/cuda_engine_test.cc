@@ -288,7 +288,22 @@ TEST_F(CudaGoldenTest, FastPrefillAtLeastAsCloseAsLlamaCpp) {
     }
     const std::string label = "fast prefill chunk " + std::to_string(chunk) + (blas_rows < 512 ? " cuBLAS" : "");
     ExpectAtLeastAsCloseAsLlamaCpp(got_all, e->config().vocab, label);
-    if (chunk == 512 && blas_rows == 512) tile_gemm = got_all;
+    if (chunk == 512 && blas_rows == 512) {
+      tile_gemm = got_all;
+      // The experts' gate|up products and activation in one launch (the IQ1_S wgmma kernel's
+      // gate|up form, fused_gate_up) against gate, up and Situ as three launches: the same bits.
+      auto three = Open(false, true, chunk, /*exact=*/false, false, false, 4, blas_rows, 512,
+                        /*fused_residual=*/false, /*fused_gate_up=*/false);
+      ASSERT_NE(three, nullptr);
+      std::vector<float> three_all;
+      for (size_t p = 0; p < prompts_.size(); ++p) {
+        const auto got = RunPrompt(*three, prompts_[p], 310 + p);
+        three_all.insert(three_all.end(), got.begin(), got.end());
+      }
+      ASSERT_EQ(got_all.size(), three_all.size());
+      EXPECT_EQ(0, std::memcmp(got_all.data(), three_all.data(), got_all.size() * sizeof(float)))
+          << "prefill: fused gate|up differs from the three launches";
+    }
     // The same f16 operands as the tile GEMM (and the router exact in both): only the order of f32
     // additions differs, which a near-tie in the routing can turn into other experts, and the two
     // fast paths then part by more than their roundings. Measured on an H200 with three KDA kernels

@@ -1134,10 +1134,14 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         gp.slot_of = m.group_slot;
         gp.workspace = m.group_ws;
         K3_CU(cuda::MoeGroupTokens(gp, s));
-        K3_CU(GroupedProduct(w.gate_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ge, Fw, n * K, gws, s));
-        K3_CU(GroupedProduct(w.up_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ue, Fw, n * K, gws, s));
-        K3_CU(SituInto(m.ge, m.ue, n * K, Fw, c, s));
-        K3_CU(GroupedProduct(w.down_exps, El, m.group_offsets, nullptr, 0, m.ge, Fw, m.ye, L, n * K, gws, s));
+        // Fused, situ may go straight to f16 for the down product's wgmma kernel, in m.ue (up's
+        // f32 output, which the fused launch does not need; [n·K][Fw] floats hold the halves).
+        bool half = false;
+        K3_CU(GroupedGateUpSitu(w.gate_exps, w.up_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ge, m.ue,
+                                n * K, c, gws, s, options_.fused_gate_up,
+                                GroupedTakesHalfX(w.down_exps) ? m.ue : nullptr, &half));
+        K3_CU(GroupedProduct(w.down_exps, El, m.group_offsets, nullptr, 0, m.ge, Fw, m.ye, L, n * K, gws, s,
+                             half ? m.ue : nullptr));
         cuda::MoeCombineParams cp;
         cp.y = m.ye;
         cp.y_stride = L;

@@ -95,8 +95,10 @@ struct CudaEngineOptions {
   // With int8_expert_x, the routed gate and up products and their activation of decode steps of
   // up to kFusedGateUpMaxRows (4) rows run as one launch (cuda::QuantGemvGateUpSitu: the same bits
   // as the two GEMVs and the Situ launch; H200, slice8, batch 1: 325.5 -> 332.8 tok/s with the L2
-  // prefetch on against off; base 3.10 -> 3.03 ms without the prefetch). Off: three launches (the A/B
-  // switch of the benchmarks).
+  // prefetch on against off; base 3.10 -> 3.03 ms without the prefetch). Prefill chunks' grouped
+  // expert products likewise (cuda::QuantGemmGateUpSitu, the IQ1_S wgmma kernel's gate|up form:
+  // the same bits; slice8 MoE layers at 8192 tokens 360.9 -> 356.7 ms). Off: three launches (the
+  // A/B switch of the benchmarks).
   bool fused_gate_up = true;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,

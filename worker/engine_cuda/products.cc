@@ -145,7 +145,7 @@ cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float*
 
 cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
                            int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                           int64_t n_rows, GemmScratch ws, cudaStream_t s) {
+                           int64_t n_rows, GemmScratch ws, cudaStream_t s, const void* x_half) {
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n_rows);
   p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
   p.x_rows = x_rows;
@@ -154,7 +154,42 @@ cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* off
   p.group_offsets = offsets;
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;
+  p.x_half = x_half;
   return cuda::QuantGemm(p, s);
+}
+
+bool GroupedTakesHalfX(const DStack& w) {
+  return cuda::QuantGemmTakesHalfX(ProductParams<cuda::QuantGemmParams>(w, nullptr, 0, nullptr, 0, 0));
+}
+
+cudaError_t GroupedGateUpSitu(const DStack& gate, const DStack& up, int64_t n_groups, const int32_t* offsets,
+                              const int32_t* x_rows, int64_t x_src_rows, const float* x, int64_t x_stride, float* g,
+                              float* u, int64_t n_rows, const model::K3Config& c, GemmScratch ws, cudaStream_t s,
+                              bool fused, void* g_half, bool* wrote_half) {
+  if (wrote_half != nullptr) *wrote_half = false;
+  const int64_t fw = gate.rows;
+  auto p = ProductParams<cuda::QuantGemmParams>(gate, x, x_stride, g, fw, n_rows);
+  p.mat_stride_bytes = static_cast<int64_t>(gate.matrix_stride);
+  p.x_rows = x_rows;
+  p.x_src_rows = x_src_rows;
+  p.n_groups = n_groups;
+  p.group_offsets = offsets;
+  p.workspace = ws.data;
+  p.workspace_bytes = ws.bytes;
+  const bool same_shape = up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols &&
+                          up.row_bytes == gate.row_bytes && up.matrix_stride == gate.matrix_stride;
+  if (fused && same_shape && cuda::QuantGemmGateUpSupports(p)) {
+    const bool half = g_half != nullptr && wrote_half != nullptr && fw % 128 == 0;
+    const cudaError_t e = cuda::QuantGemmGateUpSitu({p, up.data, c.situ_beta, c.situ_linear_beta, half ? g_half : nullptr}, s);
+    if (e == cudaSuccess && half) *wrote_half = true;
+    return e;
+  }
+  cudaError_t e = cuda::QuantGemm(p, s);
+  if (e == cudaSuccess) {
+    e = GroupedProduct(up, n_groups, offsets, x_rows, x_src_rows, x, x_stride, u, fw, n_rows, ws, s);
+  }
+  if (e == cudaSuccess) e = SituInto(g, u, n_rows, fw, c, s);
+  return e;
 }
 
 cudaError_t Rms(const float* x, float* y, const float* w, int64_t n, int64_t width, float eps, cudaStream_t s,

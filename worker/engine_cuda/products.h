@@ -98,9 +98,24 @@ inline DMat Slice(const DStack& w, int64_t i) {
 
 // Grouped expert product: rows [offsets[g], offsets[g+1]) of the grouped sequence through expert g;
 // x_rows (when set) names rows of x, which has x_src_rows rows.
+// x_half: x already rounded for the kernel (QuantGemmParams::x_half; GroupedGateUpSitu's g_half),
+// only where GroupedTakesHalfX(w).
 cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
                            int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
-                           int64_t n_rows, GemmScratch ws, cudaStream_t s);
+                           int64_t n_rows, GemmScratch ws, cudaStream_t s, const void* x_half = nullptr);
+
+// True when GroupedProduct(w, ...) runs on the IQ1_S wgmma kernel, which may take x_half.
+bool GroupedTakesHalfX(const DStack& w);
+
+// The experts' gate and up products and situ of them into g (y_stride Fw = gate.rows), grouped
+// as GroupedProduct: with `fused`, one launch where the kernels have it (QuantGemmGateUpSitu:
+// IQ1_S on the wgmma kernel, the same bits), else gate into g, up into u and Situ. With g_half
+// ([n_rows][Fw] halves, 256-byte aligned) and the fused launch taken, situ goes there instead of
+// g, rounded for the next wgmma product (its x_half), and *wrote_half is set; else it is cleared.
+cudaError_t GroupedGateUpSitu(const DStack& gate, const DStack& up, int64_t n_groups, const int32_t* offsets,
+                              const int32_t* x_rows, int64_t x_src_rows, const float* x, int64_t x_stride, float* g,
+                              float* u, int64_t n_rows, const model::K3Config& c, GemmScratch ws, cudaStream_t s,
+                              bool fused, void* g_half = nullptr, bool* wrote_half = nullptr);
 
 // Row (or per-group) RMS / L2 norm, optionally times a weight and gated by sigmoid(gate).
 // gate_stride: floats between the gate's rows (0: groups * width, the rows of x).

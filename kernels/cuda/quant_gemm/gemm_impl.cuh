@@ -67,6 +67,12 @@ struct Args {
   int64_t n_tokens;            // rows of the sequence (upper bound when grouped)
   int32_t n_groups;
   const int32_t* group_offsets;  // or nullptr: one group [0, n_tokens)
+  // The fused gate|up product (the wgmma kernel's kGateUp form): w holds gate, w_up up (the same
+  // shape and strides), and y receives situ(gate, up) with these constants.
+  const uint8_t* w_up;         // up's matrix 0, or nullptr
+  float situ_beta;
+  float situ_lambda;
+  __half* y_half;              // or: y as f16 in the pre-pass's permuted layout, [n_tokens][rows]
 };
 
 // ---- per-format geometry -----------------------------------------------------------------------
@@ -303,7 +309,8 @@ struct TileSpan {
 // and the grid has ceil(n_tokens/BN) + n_groups of them. `lin`: the tile's index in that order,
 // < row_tiles · token_tiles. Every thread of the block calls it (it synchronizes the block).
 // p_end <= p0: nothing to do (uniform over the block).
-template <int BN, int kThreads>
+// BM: weight rows per row tile (kBM; the fused gate|up tile takes kBM / 2 rows of each).
+template <int BN, int kThreads, int BM = kBM>
 __device__ __forceinline__ TileSpan FindTile(const Args& a, int64_t lin, int32_t* s_group) {
   const int tid = threadIdx.x;
   const int64_t band_tiles = static_cast<int64_t>(a.band) * a.token_tiles;
@@ -312,7 +319,7 @@ __device__ __forceinline__ TileSpan FindTile(const Args& a, int64_t lin, int32_t
   const int64_t band_w = min(static_cast<int64_t>(a.band), static_cast<int64_t>(a.row_tiles) - band * a.band);
   const int64_t row_tile = band * a.band + inside % band_w;
   const int64_t token_tile = inside / band_w;
-  TileSpan t{row_tile * kBM, 0, 0, 0};
+  TileSpan t{row_tile * BM, 0, 0, 0};
   int group = 0;
   if (a.group_offsets == nullptr) {
     t.p0 = token_tile * BN;
@@ -358,13 +365,15 @@ __device__ __forceinline__ void CpAsync16Zfill(void* dst, const void* src, uint3
 // or before it (a row's chunk lands at offset `mis` = its global address mod 16 of the row's
 // kRegion bytes); the last piece reads only up to the chunk's end (the rest zero-filled), so
 // nothing past the matrix is read. The rows of a thread are fixed for the block: their offsets
-// are computed once.
-template <class F, int kThreads>
+// are computed once. kHalves (the fused gate|up tile): stage rows [kBM/2, kBM) are rows [0, kBM/2)
+// of a second matrix (Issue's `upper`), both halves from tile row r0; `rows` counts a half's rows.
+template <class F, int kThreads, bool kHalves = false>
 struct RawChunkCopy {
   using G = Geo<F>;
   static constexpr int kWarps = kThreads / 32;
   static constexpr int LPR = G::kLanesPerRow, kRowsPerPass = 32 / LPR, kPasses = kBM / (kWarps * kRowsPerPass);
   static_assert(kBM % (kWarps * kRowsPerPass) == 0);
+  static_assert(!kHalves || kPasses == 2, "kHalves: pass 1 must be exactly the upper half");
   int piece, row_first, n_rows;
   int64_t row_off_first, row_off_step;
 
@@ -374,11 +383,12 @@ struct RawChunkCopy {
     row_first = warp * kRowsPerPass + lane / LPR;  // + kWarps·kRowsPerPass per pass
     n_rows = rows;
     row_off_first = (r0 + row_first) * a.row_bytes;
-    row_off_step = static_cast<int64_t>(kWarps * kRowsPerPass) * a.row_bytes;
+    row_off_step = kHalves ? 0 : static_cast<int64_t>(kWarps * kRowsPerPass) * a.row_bytes;
   }
 
   // Copies chunk c of the rows into `stage` ([kBM][kRegion] bytes).
-  __device__ __forceinline__ void Issue(const Args& a, const uint8_t* wbase, int c, uint8_t* stage) const {
+  __device__ __forceinline__ void Issue(const Args& a, const uint8_t* wbase, int c, uint8_t* stage,
+                                        const uint8_t* upper = nullptr) const {
     const int64_t chunk_off = static_cast<int64_t>(c) * G::kChunkBytes;
     const int nbytes = min(G::kChunkBlocks, a.bpr - c * G::kChunkBlocks) * F::kBlockBytes;
 #pragma unroll
@@ -387,8 +397,9 @@ struct RawChunkCopy {
       const int64_t g_lo = row_off_first + ps * row_off_step + chunk_off;
       const int64_t src = (g_lo & ~int64_t{15}) + 16 * piece;
       const int64_t left = g_lo + nbytes - src;  // bytes of the chunk from src on
-      if (r < n_rows && left > 0) {
-        CpAsync16Zfill(stage + r * G::kRegion + 16 * piece, wbase + src, static_cast<uint32_t>(min(left, int64_t{16})));
+      const uint8_t* const base = kHalves && ps == 1 ? upper : wbase;
+      if ((kHalves ? r % (kBM / 2) : r) < n_rows && left > 0) {
+        CpAsync16Zfill(stage + r * G::kRegion + 16 * piece, base + src, static_cast<uint32_t>(min(left, int64_t{16})));
       }
     }
   }
@@ -606,7 +617,9 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 // tile, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`); a persistent
 // grid of min(tiles, sms) blocks.
 inline constexpr int kWgmmaTokens = 128;
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, cudaStream_t stream);
+// gate_up: the fused gate|up form (a.w_up set): 64 rows of gate and the same 64 of up per tile,
+// a.row_tiles = ceil(rows / 64), y = situ(gate, up).
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream);
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream

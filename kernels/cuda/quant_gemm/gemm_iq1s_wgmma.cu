@@ -16,6 +16,10 @@
 //              wgmma(w) on A[w%2] (asynchronous) -> wait for wgmma(w-1) -> decode window w+1 into
 //              A[(w+1)%2] while wgmma(w) runs.
 // The wgmma width follows the tile's token count (32, 64, 96 or 128): a grouped tile is often short.
+// Gate|up form (kGateUp, the MoE experts' first two products): warpgroup 0 takes 64 rows of gate,
+// warpgroup 1 the same 64 rows of up (the same tile tokens, so the same x tile and the same wgmma
+// sequence as the separate launches: the same sums, bit for bit); the epilogue puts both through
+// shared memory and all 8 warps write situ(gate, up): one launch, one output, no activation pass.
 // The grid is persistent (a block per SM, looping over the tiles), so the selector table is staged
 // once per block and empty tiles cost no block launch.
 #include <cuda_fp16.h>
@@ -24,6 +28,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/activation/situ.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_gemm/gemm_impl.cuh"
@@ -44,6 +49,8 @@ constexpr int kXStages = kDist + 2;           // see the reuse conditions at the
 constexpr int kRawStages = 2;                 // chunk c reuses c - 2's stage: needs 2·2 >= kDist + 1
 constexpr int kRawBytes = kRawStages * kBM * G::kRegion;
 constexpr int kSelectorGridBytes = 2048 * 8;  // StageIq1sSelectorGrid
+constexpr int kSituLd = 68;                   // floats per token row of the gate|up epilogue's tiles
+static_assert(2 * kBN * kSituLd * 4 <= kXStages * kXStageBytes, "the epilogue's tiles reuse the X stages");
 static_assert(2 * kRawStages >= kDist + 1 && kDist >= 2);
 static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
 
@@ -183,6 +190,7 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
+template <bool kGateUp>
 __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   PdlEnter();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -203,17 +211,19 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   const int64_t n_tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
 #pragma unroll 1
   for (int64_t lin = blockIdx.x; lin < n_tiles; lin += gridDim.x) {
-    const TileSpan t = FindTile<kBN, kThreads>(a, lin, &s_group);
+    constexpr int kTileRows = kGateUp ? kBM / 2 : kBM;  // output rows per tile
+    const TileSpan t = FindTile<kBN, kThreads, kTileRows>(a, lin, &s_group);
     if (t.p_end <= t.p0) continue;  // an empty tile (uniform over the block)
     const int64_t r0 = t.r0, p0 = t.p0;
     const int n_tok = static_cast<int>(t.p_end - t.p0);
     const uint8_t* const wbase = a.w + t.mat * a.mat_stride;
-    const int n_rows = static_cast<int>(min(static_cast<int64_t>(kBM), a.rows - r0));
+    const uint8_t* const wbase_up = kGateUp ? a.w_up + t.mat * a.mat_stride : nullptr;
+    const int n_rows = static_cast<int>(min(static_cast<int64_t>(kTileRows), a.rows - r0));
     if (tid < kBN) s_xrow[tid] = SourceRow(a, p0, n_tok, tid);
     __syncthreads();  // s_xrow (and, for the first tile, the selector grid)
 
     // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
-    const RawChunkCopy<F, kThreads> raw_copy(a, r0, n_rows, tid);
+    const RawChunkCopy<F, kThreads, kGateUp> raw_copy(a, r0, n_rows, tid);
     // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i; piece qq lands in K half
     // qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x and past
     // the tile are zero-filled (no read).
@@ -233,15 +243,17 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       const int col = v * kWK;
 #pragma unroll
       for (int i = 0; i < kXItems; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
-      if (v % 2 == 0) raw_copy.Issue(a, wbase, v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
+      if (v % 2 == 0) raw_copy.Issue(a, wbase, v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion), wbase_up);
     };
 
-    // ---- decode of window v into A fragments: rows mrow and mrow + 8, group 4·(v%2) + tq ----
+    // ---- decode of window v into A fragments: stage rows mrow and mrow + 8, group 4·(v%2) + tq;
+    // trow: the matrix row's offset in the tile (kGateUp: each warpgroup's rows start at r0) ----
     const int tq = lane & 3;
     const int mrow = 64 * (warp >> 2) + 16 * (warp & 3) + (lane >> 2);
+    const int trow = kGateUp ? mrow & 63 : mrow;
     int row_mis[2];
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) row_mis[rr] = static_cast<int>(((r0 + mrow + 8 * rr) * a.row_bytes) & 15);
+    for (int rr = 0; rr < 2; ++rr) row_mis[rr] = static_cast<int>(((r0 + trow + 8 * rr) * a.row_bytes) & 15);
     auto decode = [&](int v, uint32_t(&A)[8][4]) {
       const int c = v >> 1;
       const uint8_t* const stage = raw + (c % kRawStages) * (kBM * G::kRegion);
@@ -250,7 +262,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
         const int row = mrow + 8 * rr;
         uint32_t p[16];
         const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
-        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, row < n_rows, sel_grid, p);
+        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, trow + 8 * rr < n_rows, sel_grid, p);
 #pragma unroll
         for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
           A[2 * l][rr] = p[4 * l];
@@ -327,13 +339,59 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     FenceAcc(acc);
     CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit
 
-    // ---- epilogue: acc[4j + q] = row mrow + 8(q/2), token 8j + 2tq + q%2 ----
+    // ---- epilogue: acc[4j + q] = tile row trow + 8(q/2), token 8j + 2tq + q%2 ----
+    if constexpr (kGateUp) {
+      // Both warpgroups' accumulators to shared memory (the X stages; [token][row], rows padded to
+      // kSituLd floats: the fragment stores hit 32 banks), then every thread takes (row, token)
+      // elements row-fastest: situ spread over all 8 warps, stores of whole 256-byte token rows.
+      float* const tile_g = reinterpret_cast<float*>(xs);
+      float* const tile = tile_g + (warp >= 4 ? kBN * kSituLd : 0);  // gate, then up
+      __syncthreads();  // both warpgroups' wgmma (waited for above) are done reading the X stages
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const int m = mrow + 8 * (q >> 1), n = 8 * j + 2 * tq + (q & 1);
-        if (m < n_rows && n < n_tok) a.y[(p0 + n) * a.y_stride + r0 + m] = acc[4 * j + q];
+        for (int q = 0; q < 4; ++q) {
+          if (j < 4 * width) tile[(8 * j + 2 * tq + (q & 1)) * kSituLd + trow + 8 * (q >> 1)] = acc[4 * j + q];
+        }
+      }
+      __syncthreads();
+      const float* const tile_u = tile_g + kBN * kSituLd;
+      if (a.y_half != nullptr) {
+        // Pairs of rows (2i, 2i + 1) as one __half2, at the slot the x pre-pass (XToHalfKernel's
+        // `permute`) gives element u = c mod 128 = 32t + 8l + 4h + r of its window:
+        // 32l + 16h + 2t + r%2 + 8(r/2); rows % 128 == 0, so n_rows is even and windows whole.
+        const int m = 2 * (tid & 31);
+        const int64_t c = r0 + m;
+        const int u = static_cast<int>(c & 127), t = u >> 5, l = (u >> 3) & 3, h = (u >> 2) & 1, r = u & 3;
+        const int64_t col = (c & ~int64_t{127}) + 32 * l + 16 * h + 2 * t + 8 * (r >> 1);
+#pragma unroll 4
+        for (int n = tid >> 5; n < n_tok; n += kThreads / 32) {
+          if (m < n_rows) {
+            const float2 g = *reinterpret_cast<const float2*>(tile_g + n * kSituLd + m);
+            const float2 u = *reinterpret_cast<const float2*>(tile_u + n * kSituLd + m);
+            const float v0 = detail::SituValue(g.x, u.x, a.situ_beta, a.situ_lambda);
+            const float v1 = detail::SituValue(g.y, u.y, a.situ_beta, a.situ_lambda);
+            *reinterpret_cast<__half2*>(a.y_half + (p0 + n) * a.rows + col) = __floats2half2_rn(v0, v1);
+          }
+        }
+      } else {
+        const int m = tid & 63;
+#pragma unroll 4
+        for (int n = tid >> 6; n < n_tok; n += kThreads / 64) {
+          if (m < n_rows) {
+            const float g = tile_g[n * kSituLd + m], u = tile_u[n * kSituLd + m];
+            a.y[(p0 + n) * a.y_stride + r0 + m] = detail::SituValue(g, u, a.situ_beta, a.situ_lambda);
+          }
+        }
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          const int m = trow + 8 * (q >> 1), n = 8 * j + 2 * tq + (q & 1);
+          if (m < n_rows && n < n_tok) a.y[(p0 + n) * a.y_stride + r0 + m] = acc[4 * j + q];
+        }
       }
     }
     __syncthreads();  // every thread is done with the stages and s_xrow before the next tile's loads
@@ -345,13 +403,14 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 
 }  // namespace
 
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, cudaStream_t stream) {
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sWgmmaKernel);
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream) {
+  const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
+  const void* kernel = reinterpret_cast<const void*>(fn);
   constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXStages * kXStageBytes;
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
   const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
   const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
-  K3_CUDA_CHECK(LaunchKernel(Iq1sWgmmaKernel, static_cast<unsigned>(blocks), kThreads, smem, stream, a));
+  K3_CUDA_CHECK(LaunchKernel(fn, static_cast<unsigned>(blocks), kThreads, smem, stream, a));
   return cudaSuccess;
 }
 

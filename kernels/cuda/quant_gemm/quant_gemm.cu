@@ -163,10 +163,13 @@ double QuantGemmFlops(const QuantGemmParams& p, int64_t grouped_rows) {
   return 2.0 * static_cast<double>(p.rows) * static_cast<double>(p.cols) * static_cast<double>(grouped_rows);
 }
 
-cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
-  using namespace qgemm;
-  const GemmLaunchFn launch = FindLaunch(p.type).gemm;
-  if (launch == nullptr) return cudaErrorInvalidValue;
+namespace qgemm {
+namespace {
+
+// QuantGemm's checks of p's shape, pointers and strides (not the workspace: an empty product
+// needs none).
+cudaError_t CheckParams(const QuantGemmParams& p) {
+  if (FindLaunch(p.type).gemm == nullptr) return cudaErrorInvalidValue;
   const quant::TypeTraits& tr = quant::Traits(p.type);
   const int64_t be = tr.block_elems, bb = tr.block_bytes;
   if (p.rows < 0 || p.cols <= 0 || p.n_tokens < 0 || p.n_groups < 1) return cudaErrorInvalidValue;
@@ -176,8 +179,9 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   if (p.rows > (int64_t{1} << 31) - kBM || p.n_tokens > 0x7fffffff || p.n_groups > 0x7fffffff - 1) {
     return cudaErrorInvalidValue;
   }
-  if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
-  if (!Aligned16(p.weight) || !Aligned16(p.x)) return cudaErrorMisalignedAddress;
+  if (p.weight == nullptr || (p.x == nullptr && p.x_half == nullptr) || p.y == nullptr) return cudaErrorInvalidValue;
+  if (!Aligned16(p.weight) || (p.x_half == nullptr && !Aligned16(p.x))) return cudaErrorMisalignedAddress;
+  if (p.x_half != nullptr && (reinterpret_cast<uintptr_t>(p.x_half) & 255u) != 0) return cudaErrorMisalignedAddress;
   if ((p.n_groups > 1 || p.mat_ids != nullptr) &&
       (p.mat_stride_bytes % 16 != 0 || p.mat_stride_bytes < p.rows * static_cast<int64_t>(p.row_bytes))) {
     return cudaErrorInvalidValue;
@@ -185,12 +189,87 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.y_stride < p.rows) return cudaErrorInvalidValue;
   if (p.x_rows != nullptr && (p.x_src_rows < 1 || p.x_src_rows > 0x7fffffff)) return cudaErrorInvalidValue;
   if (p.token_tile != 0 && p.token_tile != kTokensGrouped && p.token_tile != kTokensPlain) return cudaErrorInvalidValue;
-  if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
+  return cudaSuccess;
+}
+
+// The workspace checks of a product with rows and tokens.
+cudaError_t CheckWorkspace(const QuantGemmParams& p) {
+  if (p.x_half != nullptr) return cudaSuccess;  // x comes rounded: no pre-pass
   if (p.workspace == nullptr || p.workspace_bytes < QuantGemmWorkspaceBytes(p)) return cudaErrorInvalidValue;
   if ((reinterpret_cast<uintptr_t>(p.workspace) & 255u) != 0) return cudaErrorMisalignedAddress;
+  return cudaSuccess;
+}
+
+// The kernels' arguments for p with tiles of bm weight rows x bn tokens (*a), and the x pre-pass
+// launched on `stream` (permuted for the wgmma kernel).
+cudaError_t PrepareArgs(const QuantGemmParams& p, int64_t bm, int64_t bn, bool permute_x, cudaStream_t stream,
+                        Args* a) {
+  const quant::TypeTraits& tr = quant::Traits(p.type);
+  const bool grouped = p.group_offsets != nullptr;
+  *a = Args{};
+  a->w = static_cast<const uint8_t*>(p.weight);
+  a->mat_stride = p.mat_stride_bytes;
+  a->mat_ids = p.mat_ids;
+  a->rows = p.rows;
+  a->row_bytes = static_cast<int64_t>(p.row_bytes);
+  a->cols = static_cast<int32_t>(p.cols);
+  a->n_steps = static_cast<int32_t>((p.cols + kBK - 1) / kBK);
+  a->bpr = static_cast<int32_t>(p.cols / tr.block_elems);
+  int chunk_blocks = 1;
+  qgemv::VisitFormat(p.type, [&](auto f) {
+    using F = decltype(f);
+    chunk_blocks = Geo<F>::kChunkBlocks;
+    a->table_bytes = qgemv::TableBytes<F>();
+  });
+  a->n_chunks = (a->bpr + chunk_blocks - 1) / chunk_blocks;
+  a->row_tiles = static_cast<int32_t>((p.rows + bm - 1) / bm);
+  a->band = grouped ? a->row_tiles : (a->row_tiles < kBandPlain ? a->row_tiles : kBandPlain);
+  // Grouped: group g's rows need at most floor(off[g+1]/BN) - floor(off[g]/BN) + 1 tiles, which
+  // sum to at most floor(n_tokens/BN) + n_groups.
+  a->token_tiles = (p.n_tokens + bn - 1) / bn + (grouped ? p.n_groups : 0);
+  const int64_t n_src = SourceRows(p);
+  __half* const xh = static_cast<__half*>(p.workspace);
+  __half* const xl =
+      p.split_x ? reinterpret_cast<__half*>(static_cast<uint8_t*>(p.workspace) + PlaneBytes(p)) : nullptr;
+  a->xh = xh;
+  a->xl = xl;
+  a->n_src = n_src;
+  a->x_rows = p.x_rows;
+  a->y = p.y;
+  a->y_stride = p.y_stride;
+  a->n_tokens = p.n_tokens;
+  a->n_groups = static_cast<int32_t>(p.n_groups);
+  a->group_offsets = p.group_offsets;
+  if (static_cast<int64_t>(a->row_tiles) * a->token_tiles > 0x7fffffff) return cudaErrorInvalidValue;
+  if (p.x_half != nullptr) {  // rounded and permuted already (CheckParams: only on the wgmma kernel)
+    a->xh = static_cast<const __half*>(p.x_half);
+    a->xl = nullptr;
+    return cudaSuccess;
+  }
+  const int64_t conv_col_blocks = (p.cols / 8 + kConvThreads - 1) / kConvThreads;
+  const dim3 conv_grid(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks));
+  K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, conv_grid, kConvThreads, 0, stream, p.x, p.x_stride,
+                             static_cast<int32_t>(p.cols), xh, xl, permute_x));
+  return cudaSuccess;
+}
+
+// The multiprocessors the IQ1_S wgmma kernel runs on for p, or 0 when p takes another kernel.
+int WgmmaSmsFor(const QuantGemmParams& p) {
+  return p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode && p.token_tile == 0
+             ? WgmmaSms()
+             : 0;
+}
+
+}  // namespace
+}  // namespace qgemm
+
+cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
+  using namespace qgemm;
+  if (const cudaError_t e = CheckParams(p); e != cudaSuccess) return e;
+  if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = CheckWorkspace(p); e != cudaSuccess) return e;
 
   const bool grouped = p.group_offsets != nullptr;
-  const int64_t row_tiles = (p.rows + kBM - 1) / kBM;
   // Token tiles of 128 for plain products. (64 for plain grids below one wave was measured slower:
   // attn_output T=512 157 -> 119 TFLOP/s, the router at T=4096 70 -> 40: the 128-token block
   // amortizes its decode over twice the tokens.) Grouped: 64 while the average group (n_tokens /
@@ -202,51 +281,40 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   constexpr int64_t kGroupedWideRows = 56;
   const bool small_tiles = p.token_tile != 0 ? p.token_tile == kTokensGrouped
                                              : grouped && p.n_tokens < kGroupedWideRows * p.n_groups;
-  const int wgmma_sms =
-      p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode && p.token_tile == 0 ? WgmmaSms()
-                                                                                                           : 0;
+  const int wgmma_sms = WgmmaSmsFor(p);
   const bool wgmma = wgmma_sms > 0;
+  if (p.x_half != nullptr && !wgmma) return cudaErrorInvalidValue;  // only the wgmma kernel's layout
   const int64_t bn = wgmma ? kWgmmaTokens : small_tiles ? kTokensGrouped : kTokensPlain;
-  Args a{};
-  a.w = static_cast<const uint8_t*>(p.weight);
-  a.mat_stride = p.mat_stride_bytes;
-  a.mat_ids = p.mat_ids;
-  a.rows = p.rows;
-  a.row_bytes = static_cast<int64_t>(p.row_bytes);
-  a.cols = static_cast<int32_t>(p.cols);
-  a.n_steps = static_cast<int32_t>((p.cols + kBK - 1) / kBK);
-  a.bpr = static_cast<int32_t>(p.cols / be);
-  int chunk_blocks = 1;
-  qgemv::VisitFormat(p.type, [&](auto f) {
-    using F = decltype(f);
-    chunk_blocks = Geo<F>::kChunkBlocks;
-    a.table_bytes = qgemv::TableBytes<F>();
-  });
-  a.n_chunks = (a.bpr + chunk_blocks - 1) / chunk_blocks;
-  a.row_tiles = static_cast<int32_t>(row_tiles);
-  a.band = grouped ? a.row_tiles : (a.row_tiles < kBandPlain ? a.row_tiles : kBandPlain);
-  // Grouped: group g's rows need at most floor(off[g+1]/BN) - floor(off[g]/BN) + 1 tiles, which
-  // sum to at most floor(n_tokens/BN) + n_groups.
-  a.token_tiles = (p.n_tokens + bn - 1) / bn + (grouped ? p.n_groups : 0);
-  const int64_t n_src = SourceRows(p);
-  __half* const xh = static_cast<__half*>(p.workspace);
-  __half* const xl = p.split_x ? reinterpret_cast<__half*>(static_cast<uint8_t*>(p.workspace) + PlaneBytes(p)) : nullptr;
-  a.xh = xh;
-  a.xl = xl;
-  a.n_src = n_src;
-  a.x_rows = p.x_rows;
-  a.y = p.y;
-  a.y_stride = p.y_stride;
-  a.n_tokens = p.n_tokens;
-  a.n_groups = static_cast<int32_t>(p.n_groups);
-  a.group_offsets = p.group_offsets;
-  if (static_cast<int64_t>(a.row_tiles) * a.token_tiles > 0x7fffffff) return cudaErrorInvalidValue;
-  const int64_t conv_col_blocks = (p.cols / 8 + kConvThreads - 1) / kConvThreads;
-  K3_CUDA_CHECK(LaunchKernel(XToHalfKernel, dim3(static_cast<unsigned>(n_src), static_cast<unsigned>(conv_col_blocks)),
-                             kConvThreads, 0, stream, p.x, p.x_stride, static_cast<int32_t>(p.cols), xh, xl, wgmma));
-  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, stream);
-  K3_CUDA_CHECK(launch(a, small_tiles, p.split_x, p.generic_decode, stream));
+  Args a;
+  if (const cudaError_t e = PrepareArgs(p, kBM, bn, wgmma, stream, &a); e != cudaSuccess) return e;
+  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, false, stream);
+  K3_CUDA_CHECK(FindLaunch(p.type).gemm(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
+}
+
+bool QuantGemmGateUpSupports(const QuantGemmParams& gate) { return qgemm::WgmmaSmsFor(gate) > 0; }
+
+bool QuantGemmTakesHalfX(const QuantGemmParams& p) { return qgemm::WgmmaSmsFor(p) > 0; }
+
+cudaError_t QuantGemmGateUpSitu(const QuantGemmGateUpParams& p, cudaStream_t stream) {
+  using namespace qgemm;
+  const QuantGemmParams& g = p.gate;
+  const int sms = WgmmaSmsFor(g);
+  if (sms == 0) return cudaErrorInvalidValue;  // QuantGemmGateUpSupports(gate) must hold
+  if (const cudaError_t e = CheckParams(g); e != cudaSuccess) return e;
+  if (p.up_weight == nullptr) return cudaErrorInvalidValue;
+  if (!Aligned16(p.up_weight)) return cudaErrorMisalignedAddress;
+  if (p.y_half != nullptr && g.rows % 128 != 0) return cudaErrorInvalidValue;  // whole permutation windows
+  if ((reinterpret_cast<uintptr_t>(p.y_half) & 255u) != 0) return cudaErrorMisalignedAddress;
+  if (g.rows == 0 || g.n_tokens == 0) return cudaSuccess;
+  if (const cudaError_t e = CheckWorkspace(g); e != cudaSuccess) return e;
+  Args a;
+  if (const cudaError_t e = PrepareArgs(g, kBM / 2, kWgmmaTokens, true, stream, &a); e != cudaSuccess) return e;
+  a.w_up = static_cast<const uint8_t*>(p.up_weight);
+  a.situ_beta = p.situ_beta;
+  a.situ_lambda = p.situ_lambda;
+  a.y_half = static_cast<__half*>(p.y_half);
+  return GemmLaunchIq1sWgmma(a, sms, true, stream);
 }
 
 cudaError_t QuantDequantF16(const QuantDequantF16Params& p, cudaStream_t stream) {

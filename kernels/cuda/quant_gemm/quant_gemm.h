@@ -72,6 +72,12 @@ struct QuantGemmParams {
   // an sm_90 GPU and an sm_90a build) unless this is false: the same products of the same f16 values,
   // summed in another order (so not bit for bit the mma.sync kernel's results; the same accuracy bounds).
   bool wgmma = true;
+  // x already rounded to f16 in the wgmma kernel's layout (the pre-pass's plane, as
+  // QuantGemmGateUpParams::y_half writes it): [x_rows ? x_src_rows : n_tokens][cols] device,
+  // 256-byte aligned. The pre-pass is skipped; x and the workspace are then not used (may be null).
+  // Only where the product runs on the wgmma kernel (IQ1_S, wgmma, no split_x or test knobs, an
+  // sm_90 device and build: QuantGemmTakesHalfX), else cudaErrorInvalidValue.
+  const void* x_half = nullptr;
 };
 
 // Scratch QuantGemm needs for `p` (type, cols, n_tokens, x_rows, x_src_rows, split_x matter):
@@ -86,6 +92,35 @@ bool QuantGemmSupports(quant::GgmlType type);
 // pointer, alignment or a short workspace, nothing launched then; otherwise the launch's error, if
 // any. No allocation, no host synchronization: capturable in a CUDA graph.
 cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream);
+
+// The MoE experts' gate and up products and their activation in one launch:
+//   gate.y[p][r] = situ(Σ_c G[r][c]·x[row(p)][c], Σ_c U[r][c]·x[row(p)][c])
+// with G = gate.weight's matrices and U = up_weight's (the same type, shape and strides), i.e.
+// QuantGemm(gate) and QuantGemm(up) followed by Situ (activation.h), bit for bit: the same
+// kernel's sums (tile for tile the same tokens and wgmma sequence), the same device situ. Only
+// on the IQ1_S wgmma kernel (QuantGemmGateUpSupports); the workspace is gate's
+// (QuantGemmWorkspaceBytes(gate)): x is rounded once for both.
+struct QuantGemmGateUpParams {
+  QuantGemmParams gate;   // the gate product: shape, x, grouping, workspace; y receives situ
+  const void* up_weight;  // [matrices][rows][row_bytes] device, 16-byte aligned: up, gate's layout
+  float situ_beta;        // activation.situ_beta (SituParams::beta)
+  float situ_lambda;      // activation.situ_linear_beta (SituParams::lambda)
+  // Or: situ rounded to f16 straight into the next product's x_half plane ([n_tokens][rows]
+  // device, 256-byte aligned; rows a multiple of 128), gate.y then not written: the same halves
+  // as gate.y through that product's pre-pass, without the f32 round trip. nullptr: f32 into gate.y.
+  void* y_half = nullptr;
+};
+
+// True when QuantGemmGateUpSitu takes `gate` (IQ1_S, no split_x or test knobs, the wgmma kernel
+// on this device and build).
+bool QuantGemmGateUpSupports(const QuantGemmParams& gate);
+
+// True when p may take x_half (the same condition: p runs on the wgmma kernel).
+bool QuantGemmTakesHalfX(const QuantGemmParams& p);
+
+// cudaErrorInvalidValue when !QuantGemmGateUpSupports(p.gate) or for QuantGemm's bad inputs; no
+// allocation, no host synchronization: capturable in a CUDA graph.
+cudaError_t QuantGemmGateUpSitu(const QuantGemmGateUpParams& p, cudaStream_t stream);
 
 // Multiply-adds ×2 the launch does for `grouped_rows` sequence rows: 2 · rows · cols · grouped_rows
 // (the numerator of a TFLOP/s figure).
