@@ -35,6 +35,8 @@
 // stream (CudaEngineOptions::residual_epilogue off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
+// --blas-min-rows N: products of steps of at least N rows (prefill chunks, large decode batches)
+// on cuBLAS (CudaEngineOptions::blas_min_rows; 0: never);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
 // (CudaEngineOptions::mla_mha_min_rows; 0: the absorbed form at every size);
 // --f16 | --f32-cache: the MLA cache in f16 (the default) or f32 (the default with --exact-mla-decode,
@@ -103,6 +105,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   std::string model, preset = "slice", quant = "UD-IQ1_S", batches_s = "1,2,4,8", ctx_s = "4096", prefill_s;
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
+  int64_t blas_min_rows = -1;     // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
   int cache_f16 = -1;  // -1: f16 (the engine's default), f32 with --exact-mla-decode (as k3-worker)
   bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
@@ -133,6 +136,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
+    else if (a == "--blas-min-rows") blas_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
     else if (a == "--no-graphs") graphs = false;
@@ -164,6 +168,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.cache_tokens = max_b * seq_tokens + (max_prefill > 0 ? seq_tokens : 0);
   opt.max_seqs = max_b + (max_prefill > 0 ? 1 : 0);
   opt.prefill_chunk = chunk;
+  if (blas_min_rows >= 0) opt.blas_min_rows = blas_min_rows;
   opt.page_size = kPage;
   const bool f16 = cache_f16 < 0 ? tc_mla : cache_f16 == 1;
   opt.cache_f16 = f16;

@@ -91,7 +91,7 @@ class CudaGoldenTest : public ::testing::Test {
                                    int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512,
                                    bool fused_residual = false, bool fused_gate_up = true,
                                    int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
-                                   bool residual_epilogue = true) {
+                                   bool residual_epilogue = true, int64_t cache_tokens = 4096) {
     CudaEngineOptions opt;
     opt.residual_epilogue = residual_epilogue;
     opt.l2_prefetch_mb = l2_prefetch_mb;
@@ -105,7 +105,7 @@ class CudaGoldenTest : public ::testing::Test {
     opt.max_seqs = std::max<int64_t>(8, max_batch);
     opt.max_batch = max_batch;
     opt.prefill_chunk = prefill_chunk;
-    opt.cache_tokens = 4096;
+    opt.cache_tokens = cache_tokens;
     opt.page_size = 16;  // several pages per prompt: exercises the block tables
     opt.cache_f16 = f16;
     opt.use_graphs = graphs;
@@ -374,43 +374,52 @@ TEST_F(CudaGoldenTest, Int8ExpertInputsAtLeastAsCloseAsLlamaCpp) {
 // Decode steps of more than dense_gemv_max_rows (8) rows run their Q8_0 products on the
 // tensor-core GEMV (f16 operands): the four prompts three times each, 12 sequences decoded side by
 // side token by token, held to llama.cpp's closeness per copy; the copies of a prompt (rows of the
-// same steps) bit-identical, as a token's row does not depend on the others.
+// same steps) bit-identical, as a token's row does not depend on the others. Then 36 times each,
+// 144 sequences: every step is past kMmaMaxRows (32) rows, so the plain products take cuBLAS (the
+// default blas_min_rows, 33), the MLA products per head, the MoE grouped by expert while more than
+// 64 sequences run (the first 64 steps) and per (token, expert) pair after.
 TEST_F(CudaGoldenTest, LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
-  constexpr int kCopies = 3;
-  const int64_t n_seqs = kCopies * static_cast<int64_t>(prompts_.size());
-  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false, n_seqs);
-  ASSERT_NE(e, nullptr);
-  const int64_t V = e->config().vocab;
-  std::vector<std::vector<float>> out(n_seqs);
-  size_t longest = 0;
-  for (int64_t i = 0; i < n_seqs; ++i) {
-    ASSERT_TRUE(e->Add(800 + i).ok());
-    longest = std::max(longest, prompts_[i % prompts_.size()].size());
-  }
-  for (size_t t = 0; t < longest; ++t) {
-    std::vector<SeqInput> batch;
-    std::vector<int64_t> which;
+  for (const int copies : {3, 36}) {
+    const int64_t n_seqs = copies * static_cast<int64_t>(prompts_.size());
+    auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false, n_seqs,
+                  /*blas_min_rows=*/copies > 3 ? 33 : 512, 512, false, true, 0, true,
+                  /*cache_tokens=*/copies * 512);
+    ASSERT_NE(e, nullptr);
+    const int64_t V = e->config().vocab;
+    std::vector<std::vector<float>> out(n_seqs);
+    size_t longest = 0;
     for (int64_t i = 0; i < n_seqs; ++i) {
-      const auto& pr = prompts_[i % prompts_.size()];
-      if (t < pr.size()) {
-        batch.push_back({static_cast<SeqId>(800 + i), std::span<const int32_t>(&pr[t], 1), true});
-        which.push_back(i);
+      ASSERT_TRUE(e->Add(800 + i).ok());
+      longest = std::max(longest, prompts_[i % prompts_.size()].size());
+    }
+    for (size_t t = 0; t < longest; ++t) {
+      std::vector<SeqInput> batch;
+      std::vector<int64_t> which;
+      for (int64_t i = 0; i < n_seqs; ++i) {
+        const auto& pr = prompts_[i % prompts_.size()];
+        if (t < pr.size()) {
+          batch.push_back({static_cast<SeqId>(800 + i), std::span<const int32_t>(&pr[t], 1), true});
+          which.push_back(i);
+        }
+      }
+      auto r = e->Forward(batch);
+      ASSERT_TRUE(r.ok()) << r.status();
+      for (size_t j = 0; j < which.size(); ++j) out[which[j]].insert(out[which[j]].end(), r->row(j), r->row(j) + V);
+    }
+    for (int c = 0; c < copies; ++c) {
+      std::vector<float> got_all;
+      for (size_t p = 0; p < prompts_.size(); ++p) {
+        const auto& o = out[c * prompts_.size() + p];
+        got_all.insert(got_all.end(), o.begin(), o.end());
+        if (c > 0) {
+          EXPECT_EQ(k3::testing::RelL2(out[p], o), 0.0) << "copy " << c << " of prompt " << p << " of " << n_seqs;
+        }
+      }
+      if (c < 3) {  // three copies' bars (the rest are bit-identical to copy 0)
+        ExpectAtLeastAsCloseAsLlamaCpp(got_all, V, "decode batches of up to " + std::to_string(n_seqs) + ", copy " +
+                                                       std::to_string(c));
       }
     }
-    auto r = e->Forward(batch);
-    ASSERT_TRUE(r.ok()) << r.status();
-    for (size_t j = 0; j < which.size(); ++j) out[which[j]].insert(out[which[j]].end(), r->row(j), r->row(j) + V);
-  }
-  for (int c = 0; c < kCopies; ++c) {
-    std::vector<float> got_all;
-    for (size_t p = 0; p < prompts_.size(); ++p) {
-      const auto& o = out[c * prompts_.size() + p];
-      got_all.insert(got_all.end(), o.begin(), o.end());
-      if (c > 0) {
-        EXPECT_EQ(k3::testing::RelL2(out[p], o), 0.0) << "copy " << c << " of prompt " << p;
-      }
-    }
-    ExpectAtLeastAsCloseAsLlamaCpp(got_all, V, "decode batches of up to 12, copy " + std::to_string(c));
   }
 }
 

@@ -646,6 +646,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
                   cudaStream_t st = nullptr) {
     return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows);
   };
+  // The LM head: cuBLAS from kHeadBlasMinRows rows only (its f16 decode pass is ~1 ms).
+  GemmScratch head_ws = gws;
+  if (head_ws.blas_min_rows > 0) head_ws.blas_min_rows = std::max(head_ws.blas_min_rows, kHeadBlasMinRows);
+  auto HeadProd = [&](const float* x, int64_t rows) {
+    return Product(m.output, x, H, m.logits, shard_.vocab_width, rows, exact, head_ws, s, gemv_rows);
+  };
   // MoE by expert groups and per-head MLA products on the tile GEMM above kMmaMaxRows rows; up to
   // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
   // MoE took 40.9 ms per step against 10.7 for the per-pair GEMVs at batch 16).
@@ -1211,7 +1217,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const int64_t hr = v.head_rows;
   if (fuse_residual && hr == n) {
     K3_CU(add_mix_norm(m.output_res_score, m.output_norm, pend0, pend1, false, nullptr, m.y));
-    K3_CU(Prod(m.output, m.y, H, m.logits, shard_.vocab_width, hr));
+    K3_CU(HeadProd(m.y, hr));
   } else if (hr > 0) {
     if (pend0 != nullptr) {  // the last layer's delta(s), as the unfused path adds them
       if (pend1 != nullptr) K3_CU(AddInto(pend0, pend1, n * H, true, s));
@@ -1220,7 +1226,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     float* yh = m.y + v.head_row * H;
     K3_CU(mix(m.output_res_score, m.x, m.y, v.head_row, hr));
     K3_CU(Rms(yh, yh, m.output_norm, hr, H, eps, s));
-    K3_CU(Prod(m.output, yh, H, m.logits, shard_.vocab_width, hr));
+    K3_CU(HeadProd(yh, hr));
   }
   if (prefetched) {  // the prefetch stream back into s (a graph capture must end joined)
     K3_CU(cudaEventRecord(prefetch_join_, prefetch_stream_));

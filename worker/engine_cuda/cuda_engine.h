@@ -127,12 +127,14 @@ struct CudaEngineOptions {
   // output gate, MoE's latent projection and shared experts) on a second stream, forked and joined
   // by events. Off: one stream (the A/B switch of the benchmarks).
   bool side_streams = true;
-  // Steps of at least this many rows (prefill chunks) run their plain products on cuBLAS's f16
-  // GEMM (kernels/cuda/quant_gemm/blas_gemm.h: the tile GEMM's operands, ~3x its rate on the K3
-  // projections; the weights are decoded to f16 a block of rows at a time into a 64 MiB scratch,
-  // a cost that pays from a few hundred rows on). 0: never (the tile GEMM). Unused with
-  // exact_prefill. The MoE's grouped expert products stay on the tile GEMM.
-  int64_t blas_min_rows = 512;
+  // Steps of at least this many rows (prefill chunks, decode batches past the tensor-core GEMV's
+  // kMmaMaxRows) run their plain products on cuBLAS's f16 GEMM (kernels/cuda/quant_gemm/blas_gemm.h:
+  // the tile GEMM's operands, ~3x its rate on the K3 projections; the weights are decoded to f16 a
+  // block of rows at a time into a 64 MiB scratch, which pays already at 48 rows: H200, slice8, 4k,
+  // batch 48 / 64: 964.7 / 1096.6 -> 1224.7 / 1350.7 tok/s against 512; KDA layers 12.0 -> 7.1 ms,
+  // MLA 7.0 -> 4.2), except the LM head below kHeadBlasMinRows rows (products.h). 0: never (the
+  // tile GEMM). Unused with exact_prefill. The MoE's grouped expert products stay on the tile GEMM.
+  int64_t blas_min_rows = 33;
   // Prefill chunks of at least this many rows run MLA attention in the decompressed form
   // (kernels/cuda/mla/mla_prefill_mha.h: per head K = k_bᵀ·latent | k_pe and V = v_b·latent,
   // decompressed once per chunk on cuBLAS, then 192 + 128 multiply-adds per (row, head, key)

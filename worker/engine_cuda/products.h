@@ -30,6 +30,10 @@ inline constexpr int64_t kFusedGateUpMaxRows = 4;
 // 0.82 ms per step against two f32 GEMV passes; at 64 rows (four passes) 3.46 ms against the tile
 // GEMM's 1.31, hence 32.
 inline constexpr int64_t kMmaMaxRows = 32;
+// The LM head (7168 -> 163840: 1.25 GB of Q8_0 decoded to f16 per call, ~1 ms) takes cuBLAS only
+// from this many rows (and CudaEngineOptions::blas_min_rows): H200, slice8, batch 64 the tile GEMM
+// took 1.22 ms against cuBLAS's 2.27; at 256 rows the tile GEMM 2.82.
+inline constexpr int64_t kHeadBlasMinRows = 256;
 
 // Steps of up to this many rows run the MoE as one GEMV per (token, expert) pair (the int8 or f32
 // IQ1_S GEMV); larger ones group the pairs by expert for the tile GEMM. H200, slice8, batch 64:
