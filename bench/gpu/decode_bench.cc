@@ -1,10 +1,10 @@
 // Decode and prefill throughput of the GPU engine (k3::engine_cuda::CudaEngine). Decode at a given
 // context, after a real prefill of every sequence (the engine's chunked prefill, random token
 // ids), on a GGUF or a synthetic preset filled in memory. Prints, per batch size, tokens/s beside the
-// floor (weight bytes read per step + MLA cache bytes, over 4.4 TB/s) and the fraction reached,
-// then a per-layer-kind breakdown of one eager step from CUDA events, and each kind's eager time
-// against its own floor (CudaEngine::step_bytes: its weights, and MLA's cache rows, over 4.4
-// TB/s). --ctx takes a list: the sequences are prefilled to each context in turn and measured
+// floor (weight bytes read per step + MLA cache bytes + KDA state bytes read and written, over
+// 4.4 TB/s) and the fraction reached, then a per-layer-kind breakdown of one eager step from CUDA
+// events, and each kind's eager time against its own floor (CudaEngine::step_bytes: its weights,
+// MLA's cache rows, KDA's states, over 4.4 TB/s). --ctx takes a list: the sequences are prefilled to each context in turn and measured
 // there. --prefill N1,N2 (decode skipped with --batches 0) times a fresh sequence's prefill of N
 // tokens (chunks of --chunk) beside its compute floor: multiply-adds x 2 over the measured dense
 // f16/bf16 tensor-core rate (790 TFLOP/s on an H200), with a per-layer-kind breakdown.
@@ -319,7 +319,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
       std::printf("\nprefill: %lld sequences from %lld to %lld tokens (chunked prefill) in %.2f s (%.0f tok/s)\n\n",
                   static_cast<long long>(max_b), static_cast<long long>(from), static_cast<long long>(ctx), pre_s,
                   max_b * (ctx - from) / std::max(pre_s, 1e-9));
-      std::printf("| ranks | batch | context | step ms | tokens/s | floor ms (weights + cache) | floor tok/s | fraction |\n");
+      std::printf("| ranks | batch | context | step ms | tokens/s | floor ms (weights + MLA cache + KDA state) | floor tok/s | fraction |\n");
       std::printf("|---|---|---|---|---|---|---|---|\n");
       std::fflush(stdout);
     }
@@ -342,11 +342,11 @@ int Main(int argc, char** argv, int rank, int ranks) {
       std::sort(times.begin(), times.end());
       const double med = times[times.size() / 2];
       const engine_cuda::StepBytes sb = eng.step_bytes(b, ctx_now);
-      const double floor_s = static_cast<double>(sb.weights() + sb.mla_cache) / kHbm;
+      const double floor_s = static_cast<double>(sb.weights() + sb.state()) / kHbm;
       if (lead) {
-        std::printf("| %d | %lld | %lld | %.3f | %.1f | %.3f (%.2f GB + %.3f GB) | %.1f | %.1f%% |\n", ranks,
+        std::printf("| %d | %lld | %lld | %.3f | %.1f | %.3f (%.2f GB + %.3f GB + %.3f GB) | %.1f | %.1f%% |\n", ranks,
                     static_cast<long long>(b), static_cast<long long>(ctx_now), med * 1e3, b / med, floor_s * 1e3,
-                    sb.weights() / 1e9, sb.mla_cache / 1e9, b / floor_s, 100.0 * floor_s / med);
+                    sb.weights() / 1e9, sb.mla_cache / 1e9, sb.kda_state / 1e9, b / floor_s, 100.0 * floor_s / med);
         std::fflush(stdout);
       }
       for (auto& x : tk) x = static_cast<int32_t>(rng() % c.vocab);
@@ -374,7 +374,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   // The per-layer-kind bar: each kind's eager time against its own floor (its bytes over
   // kHbm; the MLA cache rows in MLA's). Eager times include launch gaps a graph step overlaps.
   std::printf("\nper layer kind against its floor (eager ms / floor ms = ratio; floor = bytes / %.1f TB/s):\n", kHbm / 1e12);
-  std::printf("| batch | context | KDA | MLA (weights + cache) | dense FFN | MoE | LM head |\n");
+  std::printf("| batch | context | KDA (weights + state) | MLA (weights + cache) | dense FFN | MoE | LM head |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < profs.size(); ++i) {
     const auto& p = profs[i];
@@ -386,7 +386,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
       return std::string(buf);
     };
     std::printf("| %lld | %lld | %s | %s | %s | %s | %s |\n", static_cast<long long>(prof_keys[i].first),
-                static_cast<long long>(prof_keys[i].second), cell(p.kda, sb.kda).c_str(),
+                static_cast<long long>(prof_keys[i].second), cell(p.kda, sb.kda + sb.kda_state).c_str(),
                 cell(p.mla, sb.mla_weights + sb.mla_cache).c_str(), cell(p.dense, sb.dense).c_str(),
                 cell(p.moe, sb.moe).c_str(), cell(p.head, sb.head).c_str());
   }

@@ -590,6 +590,12 @@ TEST_F(CudaGoldenTest, StepBytesByKindCountEveryKind) {
   EXPECT_GT(one.embed, 0u);
   EXPECT_EQ(one.mla_cache, e->cache_bytes_per_token() * 100);
   EXPECT_EQ(more.mla_cache, e->cache_bytes_per_token() * 2 * all * 7);
+  // each sequence's KDA states read and written once per KDA layer, whatever the context
+  const uint64_t state = 2 * sizeof(float) * static_cast<uint64_t>(c.n_kda_layers()) *
+                         static_cast<uint64_t>(e->shard().n_heads) * c.kda_head_dim * c.kda_head_dim;
+  EXPECT_EQ(one.kda_state, state);
+  EXPECT_EQ(more.kda_state, state * 2 * all);
+  EXPECT_EQ(one.state(), one.mla_cache + one.kda_state);
   EXPECT_EQ(one.weights(), e->step_bytes(1, 0).weights());  // the context moves only the cache rows
   if (c.n_experts > c.n_experts_used) {
     EXPECT_LT(one.moe, many.moe);

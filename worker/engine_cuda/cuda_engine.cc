@@ -393,6 +393,9 @@ StepBytes CudaEngine::step_bytes(int64_t n_seqs, int64_t ctx) const {
   b.embed = m.token_embd.row_bytes;
   b.head = MatBytes(m.output);
   b.mla_cache = cache_bytes_per_token() * static_cast<uint64_t>(n_seqs) * static_cast<uint64_t>(ctx);
+  b.kda_state = 2 * sizeof(float) * static_cast<uint64_t>(n_seqs) * static_cast<uint64_t>(c.n_kda_layers()) *
+                static_cast<uint64_t>(shard_.n_heads) * static_cast<uint64_t>(c.kda_head_dim) *
+                static_cast<uint64_t>(c.kda_head_dim);
   for (int64_t il = 0; il < c.n_layers; ++il) {
     const DLayer& l = m.layers[il];
     if (c.is_mla(il)) {

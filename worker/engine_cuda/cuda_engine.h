@@ -167,12 +167,15 @@ struct StepProfile {
   }
 };
 
-// Bytes one decode step must read per layer kind (StepProfile's kinds): each weight once, per MoE
-// layer min(n_seqs x K, experts) distinct experts, the MLA cache rows attended to. Over the HBM
+// Bytes one decode step must move per layer kind (StepProfile's kinds): each weight once, per MoE
+// layer min(n_seqs x K, experts) distinct experts, the MLA cache rows attended to, and each
+// sequence's KDA states read and written once per KDA layer (2 x heads x dk x dv f32: 12.6 MB a
+// layer and sequence at K3's 96 heads, so 4.8 GB a step at batch 64 over 6 layers). Over the HBM
 // rate they are each kind's floor.
 struct StepBytes {
-  uint64_t embed = 0, kda = 0, mla_weights = 0, mla_cache = 0, dense = 0, moe = 0, head = 0;
+  uint64_t embed = 0, kda = 0, kda_state = 0, mla_weights = 0, mla_cache = 0, dense = 0, moe = 0, head = 0;
   uint64_t weights() const { return embed + kda + mla_weights + dense + moe + head; }
+  uint64_t state() const { return mla_cache + kda_state; }  // what grows with the sequences
 };
 
 // ForwardSummaries' request for one input, and what it returns for it: per output row (one, or
