@@ -55,6 +55,27 @@ cuda::QuantGemvParams StackParams(const DStack& w, const int32_t* ids, int64_t n
   return p;
 }
 
+// Whether up has gate's type, shape and strides (the fused gate|up launches need it).
+bool SameShape(const DStack& gate, const DStack& up) {
+  return up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols && up.row_bytes == gate.row_bytes &&
+         up.matrix_stride == gate.matrix_stride;
+}
+
+// A grouped expert product's params (GroupedProduct's arguments).
+cuda::QuantGemmParams GroupedParams(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
+                                    int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
+                                    int64_t n_rows, const GemmScratch& ws) {
+  auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n_rows);
+  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  p.x_rows = x_rows;
+  p.x_src_rows = x_src_rows;
+  p.n_groups = n_groups;
+  p.group_offsets = offsets;
+  p.workspace = ws.data;
+  p.workspace_bytes = ws.bytes;
+  return p;
+}
+
 // Whether a product of n rows takes cuBLAS (the handle exists only when blas_min_rows > 0).
 bool TakesBlas(const GemmScratch& ws, int64_t n) { return ws.blas.handle != nullptr && n >= ws.blas_min_rows; }
 
@@ -78,9 +99,7 @@ cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t*
                             int64_t x_stride, int64_t x_mat, float* g, float* u, int64_t y_stride, int64_t y_mat,
                             const model::K3Config& c, cudaStream_t s, bool int8_x, bool fused) {
   const cuda::QuantGemvParams p = StackParams(gate, ids, n_mats, x, x_stride, x_mat, g, y_stride, y_mat, 1, int8_x);
-  const bool same_shape = up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols &&
-                          up.row_bytes == gate.row_bytes && up.matrix_stride == gate.matrix_stride;
-  if (fused && int8_x && same_shape && cuda::QuantGemvGateUpSupports(p)) {
+  if (fused && int8_x && SameShape(gate, up) && cuda::QuantGemvGateUpSupports(p)) {
     return cuda::QuantGemvGateUpSitu(cuda::QuantGemvGateUpParams{p, up.data, c.situ_beta, c.situ_linear_beta}, s);
   }
   cudaError_t e = GemvStack(gate, ids, n_mats, x, x_stride, x_mat, g, y_stride, y_mat, 1, s, int8_x);
@@ -146,14 +165,7 @@ cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float*
 cudaError_t GroupedProduct(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
                            int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
                            int64_t n_rows, GemmScratch ws, cudaStream_t s, const void* x_half) {
-  auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n_rows);
-  p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
-  p.x_rows = x_rows;
-  p.x_src_rows = x_src_rows;
-  p.n_groups = n_groups;
-  p.group_offsets = offsets;
-  p.workspace = ws.data;
-  p.workspace_bytes = ws.bytes;
+  auto p = GroupedParams(w, n_groups, offsets, x_rows, x_src_rows, x, x_stride, y, y_stride, n_rows, ws);
   p.x_half = x_half;
   return cuda::QuantGemm(p, s);
 }
@@ -168,19 +180,11 @@ cudaError_t GroupedGateUpSitu(const DStack& gate, const DStack& up, int64_t n_gr
                               bool fused, void* g_half, bool* wrote_half) {
   if (wrote_half != nullptr) *wrote_half = false;
   const int64_t fw = gate.rows;
-  auto p = ProductParams<cuda::QuantGemmParams>(gate, x, x_stride, g, fw, n_rows);
-  p.mat_stride_bytes = static_cast<int64_t>(gate.matrix_stride);
-  p.x_rows = x_rows;
-  p.x_src_rows = x_src_rows;
-  p.n_groups = n_groups;
-  p.group_offsets = offsets;
-  p.workspace = ws.data;
-  p.workspace_bytes = ws.bytes;
-  const bool same_shape = up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols &&
-                          up.row_bytes == gate.row_bytes && up.matrix_stride == gate.matrix_stride;
-  if (fused && same_shape && cuda::QuantGemmGateUpSupports(p)) {
+  const auto p = GroupedParams(gate, n_groups, offsets, x_rows, x_src_rows, x, x_stride, g, fw, n_rows, ws);
+  if (fused && SameShape(gate, up) && cuda::QuantGemmGateUpSupports(p)) {
     const bool half = g_half != nullptr && wrote_half != nullptr && fw % 128 == 0;
-    const cudaError_t e = cuda::QuantGemmGateUpSitu({p, up.data, c.situ_beta, c.situ_linear_beta, half ? g_half : nullptr}, s);
+    const cuda::QuantGemmGateUpParams gu{p, up.data, c.situ_beta, c.situ_linear_beta, half ? g_half : nullptr};
+    const cudaError_t e = cuda::QuantGemmGateUpSitu(gu, s);
     if (e == cudaSuccess && half) *wrote_half = true;
     return e;
   }

@@ -617,6 +617,14 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 // tile, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`); a persistent
 // grid of min(tiles, sms) blocks.
 inline constexpr int kWgmmaTokens = 128;
+
+// The wgmma kernel's x layout: inside each window of 128 columns, element u = 32t + 8l + 4h + r
+// sits at slot 32l + 16h + 2t + r%2 + 8(r/2) (the A-fragment order of gemm_iq1s_wgmma.cu). The
+// column of element c: written by XToHalfKernel's `permute` and the gate|up epilogue's y_half.
+__host__ __device__ __forceinline__ int64_t WgmmaXColumn(int64_t c) {
+  const int u = static_cast<int>(c & 127), t = u >> 5, l = (u >> 3) & 3, h = (u >> 2) & 1, r = u & 3;
+  return (c & ~int64_t{127}) + 32 * l + 16 * h + 2 * t + (r & 1) + 8 * (r >> 1);
+}
 // gate_up: the fused gate|up form (a.w_up set): 64 rows of gate and the same 64 of up per tile,
 // a.row_tiles = ceil(rows / 64), y = situ(gate, up).
 cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream);

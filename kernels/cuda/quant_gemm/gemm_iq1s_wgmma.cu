@@ -357,13 +357,11 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       __syncthreads();
       const float* const tile_u = tile_g + kBN * kSituLd;
       if (a.y_half != nullptr) {
-        // Pairs of rows (2i, 2i + 1) as one __half2, at the slot the x pre-pass (XToHalfKernel's
-        // `permute`) gives element u = c mod 128 = 32t + 8l + 4h + r of its window:
-        // 32l + 16h + 2t + r%2 + 8(r/2); rows % 128 == 0, so n_rows is even and windows whole.
+        // Pairs of rows (2i, 2i + 1) as one __half2 at the x pre-pass's slots (WgmmaXColumn: an
+        // even element's odd neighbour is the next slot); rows % 128 == 0, so n_rows is even and
+        // windows whole.
         const int m = 2 * (tid & 31);
-        const int64_t c = r0 + m;
-        const int u = static_cast<int>(c & 127), t = u >> 5, l = (u >> 3) & 3, h = (u >> 2) & 1, r = u & 3;
-        const int64_t col = (c & ~int64_t{127}) + 32 * l + 16 * h + 2 * t + 8 * (r >> 1);
+        const int64_t col = WgmmaXColumn(r0 + m);
 #pragma unroll 4
         for (int n = tid >> 5; n < n_tok; n += kThreads / 32) {
           if (m < n_rows) {

@@ -117,10 +117,8 @@ __global__ void __launch_bounds__(kConvThreads)
       lp[k] = PackHalf2((v[2 * k] - f.x) * kLoScale, (v[2 * k + 1] - f.y) * kLoScale);
     }
   }
-  if (permute) {
-    const int64_t win = c & ~int64_t{127};
-    const int u = static_cast<int>(c & 127), t = u >> 5, run = (u >> 3) & 3;
-    uint32_t* const dst = reinterpret_cast<uint32_t*>(hi + row * cols + win + 32 * run + 2 * t);
+  if (permute) {  // c % 8 == 0: element c + k at WgmmaXColumn(c) + 16(k/4) + 8(k/2 % 2) + k % 2
+    uint32_t* const dst = reinterpret_cast<uint32_t*>(hi + row * cols + WgmmaXColumn(c));
     dst[0] = h.x;   // r = 0, 1 of h = 0
     dst[4] = h.y;   // r = 2, 3: +8 halfs
     dst[8] = h.z;   // h = 1: +16
