@@ -69,10 +69,27 @@ std::vector<int32_t> RandomIds(int64_t n_tokens, int64_t k, int64_t n_global, do
 struct DeviceGrouping {
   DeviceBuffer<int32_t> offsets, x_rows, slot_of;
   DeviceBuffer<uint8_t> workspace;
+  DeviceBuffer<int32_t> n_passes, pass_mat, pass_row0, pass_n;  // with pass_rows > 0
 };
 
+// The passes' contract: expert e's positions in runs of pass_rows (the last shorter), experts in order.
+struct Passes {
+  std::vector<int32_t> mat, row0, n;
+};
+Passes PassesOnHost(const std::vector<int32_t>& offsets, int32_t pass_rows) {
+  Passes p;
+  for (size_t e = 0; e + 1 < offsets.size(); ++e) {
+    for (int32_t r = offsets[e]; r < offsets[e + 1]; r += pass_rows) {
+      p.mat.push_back(static_cast<int32_t>(e));
+      p.row0.push_back(r);
+      p.n.push_back(std::min(pass_rows, offsets[e + 1] - r));
+    }
+  }
+  return p;
+}
+
 void RunGroup(const std::vector<int32_t>& ids, int64_t n_tokens, int64_t k, int64_t n_experts, int32_t expert_begin,
-              DeviceGrouping& d) {
+              DeviceGrouping& d, int32_t pass_rows = 0) {
   d.offsets.Resize(n_experts + 1);
   d.x_rows.Resize(std::max<int64_t>(n_tokens * k, 1));
   d.slot_of.Resize(std::max<int64_t>(n_tokens * k, 1));
@@ -93,18 +110,45 @@ void RunGroup(const std::vector<int32_t>& ids, int64_t n_tokens, int64_t k, int6
   p.x_rows = d.x_rows.get();
   p.slot_of = d.slot_of.get();
   p.workspace = d.workspace.get();
+  if (pass_rows > 0) {
+    const int64_t n = std::max<int64_t>(n_tokens * k, 1);
+    d.n_passes.Resize(1);
+    d.pass_mat.Resize(n);
+    d.pass_row0.Resize(n);
+    d.pass_n.Resize(n);
+    for (auto* b : {&d.n_passes, &d.pass_mat, &d.pass_row0, &d.pass_n}) {
+      ASSERT_EQ(cudaMemset(b->get(), 0x7f, b->size() * 4), cudaSuccess);
+    }
+    p.pass_rows = pass_rows;
+    p.n_passes = d.n_passes.get();
+    p.pass_mat = d.pass_mat.get();
+    p.pass_row0 = d.pass_row0.get();
+    p.pass_n = d.pass_n.get();
+  }
   K3_ASSERT_LAUNCH(MoeGroupTokens(p, nullptr));
 }
 
 void CheckGroup(int64_t n_tokens, int64_t k, int64_t n_experts, int32_t expert_begin, int64_t n_global,
-                double minus_one, uint64_t seed) {
+                double minus_one, uint64_t seed, int32_t pass_rows = 2) {
   SCOPED_TRACE(::testing::Message() << "tokens " << n_tokens << " k " << k << " experts " << n_experts << " begin "
-                                    << expert_begin << " of " << n_global);
+                                    << expert_begin << " of " << n_global << " pass rows " << pass_rows);
   std::mt19937_64 rng(seed);
   const std::vector<int32_t> ids = RandomIds(n_tokens, k, n_global, minus_one, rng);
   const Grouping want = GroupOnHost(ids, k, n_experts, expert_begin);
   DeviceGrouping d;
-  RunGroup(ids, n_tokens, k, n_experts, expert_begin, d);
+  RunGroup(ids, n_tokens, k, n_experts, expert_begin, d, pass_rows);
+  if (pass_rows > 0) {
+    const Passes pw = PassesOnHost(want.offsets, pass_rows);
+    const size_t np = pw.mat.size();
+    ASSERT_EQ(d.n_passes.Download()[0], static_cast<int32_t>(np));
+    const std::vector<int32_t> pm = d.pass_mat.Download(), pr = d.pass_row0.Download(), pn = d.pass_n.Download();
+    EXPECT_TRUE(std::equal(pw.mat.begin(), pw.mat.end(), pm.begin())) << "pass experts differ";
+    EXPECT_TRUE(std::equal(pw.row0.begin(), pw.row0.end(), pr.begin())) << "pass rows differ";
+    EXPECT_TRUE(std::equal(pw.n.begin(), pw.n.end(), pn.begin())) << "pass sizes differ";
+    int64_t past_written = 0;
+    for (size_t i = np; i < pm.size(); ++i) past_written += pm[i] != 0x7f7f7f7f;
+    EXPECT_EQ(past_written, 0) << "passes past the count were written";
+  }
   const std::vector<int32_t> off = d.offsets.Download(), xr = d.x_rows.Download(), so = d.slot_of.Download();
   EXPECT_EQ(off, want.offsets);
   const int32_t total = want.offsets.back();
@@ -130,6 +174,9 @@ TEST(MoeGroupTest, MatchesCpuGroupingExactly) {
   CheckGroup(3000, 16, 112, 224, 896, 0.0, ++seed);     // rank 2 of 8: experts [224, 336)
   CheckGroup(1000, 64, 4096, 0, 4096, 0.3, ++seed);     // the limits: k = 64, 4096 experts
   CheckGroup(33, 16, 17, 5, 40, 0.1, ++seed);           // partial last chunk, ids below and above the rank
+  CheckGroup(64, 16, 896, 0, 896, 0.0, ++seed, 0);      // no passes asked for
+  CheckGroup(64, 16, 896, 0, 896, 0.0, ++seed, 3);      // passes of 3
+  CheckGroup(300, 4, 8, 0, 8, 0.0, ++seed, 2);          // many passes per expert
 }
 
 TEST(MoeGroupTest, AllChoicesOnOneExpert) {
@@ -148,20 +195,25 @@ TEST(MoeGroupTest, AllChoicesOnOneExpert) {
 }
 
 // CPU combination: for each token, its slots in increasing order, acc += w · y (product rounded,
-// then added; volatile keeps the compiler from contracting into an FMA).
+// then added; volatile keeps the compiler from contracting into an FMA); choice_order: in the
+// token's choice order, acc = fma(w, y, acc).
 std::vector<float> CombineOnHost(const std::vector<float>& y, int64_t y_stride, const std::vector<int32_t>& slot_of,
                                  const std::vector<float>& w, int64_t n_tokens, int64_t k, int64_t cols,
-                                 const std::vector<float>* init, int64_t out_stride) {
+                                 const std::vector<float>* init, int64_t out_stride, bool choice_order = false) {
   std::vector<float> out(n_tokens * out_stride, 0.0f);
   for (int64_t t = 0; t < n_tokens; ++t) {
     std::vector<std::pair<int32_t, float>> s;
     for (int64_t j = 0; j < k; ++j) {
       if (slot_of[t * k + j] >= 0) s.push_back({slot_of[t * k + j], w[t * k + j]});
     }
-    std::sort(s.begin(), s.end());
+    if (!choice_order) std::sort(s.begin(), s.end());
     for (int64_t c = 0; c < cols; ++c) {
       float acc = init != nullptr ? (*init)[t * out_stride + c] : 0.0f;
       for (const auto& [slot, wt] : s) {
+        if (choice_order) {
+          acc = std::fma(wt, y[slot * y_stride + c], acc);
+          continue;
+        }
         volatile float prod = wt * y[slot * y_stride + c];
         acc = acc + prod;
       }
@@ -172,9 +224,9 @@ std::vector<float> CombineOnHost(const std::vector<float>& y, int64_t y_stride, 
 }
 
 void CheckCombine(int64_t n_tokens, int64_t k, int64_t cols, int64_t y_stride, int64_t out_stride, bool accumulate,
-                  uint64_t seed) {
+                  uint64_t seed, bool choice_order = false) {
   SCOPED_TRACE(::testing::Message() << "tokens " << n_tokens << " k " << k << " cols " << cols << " accumulate "
-                                    << accumulate);
+                                    << accumulate << " choice order " << choice_order);
   std::mt19937_64 rng(seed);
   const int64_t E = k + 30;  // k distinct experts per token
   const std::vector<int32_t> ids = RandomIds(n_tokens, k, E, 0.15, rng);
@@ -196,9 +248,11 @@ void CheckCombine(int64_t n_tokens, int64_t k, int64_t cols, int64_t y_stride, i
   p.out = d_out.get();
   p.out_stride = out_stride;
   p.accumulate = accumulate;
+  p.choice_order = choice_order;
   K3_ASSERT_LAUNCH(MoeCombineGrouped(p, nullptr));
   const std::vector<float> got = d_out.Download();
-  std::vector<float> want = CombineOnHost(y, y_stride, g.slot_of, w, n_tokens, k, cols, accumulate ? &init : nullptr, out_stride);
+  std::vector<float> want =
+      CombineOnHost(y, y_stride, g.slot_of, w, n_tokens, k, cols, accumulate ? &init : nullptr, out_stride, choice_order);
   for (int64_t t = 0; t < n_tokens; ++t) {  // the padding keeps its initial values
     for (int64_t c = cols; c < out_stride; ++c) want[t * out_stride + c] = init[t * out_stride + c];
   }
@@ -211,6 +265,8 @@ TEST(MoeGroupTest, CombineMatchesCpuBitForBit) {
   CheckCombine(300, 16, 3584, 3588, 3592, true, 2);   // strided, accumulate
   CheckCombine(50, 8, 1001, 1003, 1010, false, 3);    // scalar path (odd width)
   CheckCombine(17, 64, 70, 70, 70, true, 4);          // k = 64
+  CheckCombine(64, 16, 3584, 3584, 3584, false, 5, /*choice_order=*/true);  // the expert-grouped decode's form
+  CheckCombine(50, 8, 1001, 1003, 1010, true, 6, /*choice_order=*/true);
 }
 
 // The whole routed-expert path on a small model: tokens routed to k of E experts, grouped on the

@@ -408,6 +408,154 @@ TEST(QuantGemvTest, Iq1sGateUpSituRejects) {
   EXPECT_FALSE(QuantGemvGateUpSupports(gp.gate));
 }
 
+// The expert-grouped form (QuantGemvGrouped, QuantGemvGateUpSituGrouped) against the per-pair
+// launches it replaces (QuantGemv / QuantGemvGateUpSitu with a matrix id and a copy of x per
+// position): bit for bit, every position's row written and nothing else (y poisoned, padding
+// included). Groups of 1..5 positions of one matrix cut into passes of kQuantGemvPassRows, x rows
+// picked through x_rows, more passes allowed than used (the grid is sized for max_passes).
+struct GroupedCase {
+  int64_t rows, cols, n_pool, n_groups, n_x;
+  int max_group = 5;
+};
+
+void RunGrouped(const GroupedCase& c, uint64_t seed) {
+  SCOPED_TRACE(::testing::Message() << "grouped rows " << c.rows << " cols " << c.cols << " pool " << c.n_pool
+                                    << " groups " << c.n_groups);
+  constexpr float kBeta = 4.0f, kLambda = 25.0f;
+  std::mt19937_64 rng(seed);
+  const size_t row_bytes = static_cast<size_t>(c.cols / 256 * 50);
+  const size_t mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
+  std::vector<uint8_t> gate(mat_stride * c.n_pool), up(mat_stride * c.n_pool);
+  for (int64_t m = 0; m < c.n_pool; ++m) {
+    const auto g = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
+    const auto u = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
+    std::copy(g.begin(), g.end(), gate.begin() + m * mat_stride);
+    std::copy(u.begin(), u.end(), up.begin() + m * mat_stride);
+  }
+  // groups (a matrix, 1..max_group positions), cut into passes; a position's x row at random
+  std::vector<int32_t> pos_mat, x_rows, pass_mat, pass_row0, pass_n;
+  for (int64_t gi = 0; gi < c.n_groups; ++gi) {
+    const int32_t mat = static_cast<int32_t>(rng() % c.n_pool);
+    const int n = 1 + static_cast<int>(rng() % c.max_group);
+    const int32_t p0 = static_cast<int32_t>(pos_mat.size());
+    for (int r = 0; r < n; r += kQuantGemvPassRows) {
+      pass_mat.push_back(mat);
+      pass_row0.push_back(p0 + r);
+      pass_n.push_back(std::min(kQuantGemvPassRows, n - r));
+    }
+    for (int r = 0; r < n; ++r) {
+      pos_mat.push_back(mat);
+      x_rows.push_back(static_cast<int32_t>(rng() % c.n_x));
+    }
+  }
+  const int64_t n_pos = static_cast<int64_t>(pos_mat.size()), n_passes = static_cast<int64_t>(pass_mat.size());
+  const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
+  const std::vector<float> x = Normal(rng, c.n_x * x_stride, 0.0, 0.5);
+  std::vector<float> xe(n_pos * x_stride);  // the per-pair launches' copy of x per position
+  for (int64_t p = 0; p < n_pos; ++p) {
+    std::copy_n(x.begin() + x_rows[p] * x_stride, x_stride, xe.begin() + p * x_stride);
+  }
+  DeviceBuffer<uint8_t> d_gate(gate), d_up(up);
+  DeviceBuffer<float> d_x(x), d_xe(xe);
+  DeviceBuffer<int32_t> d_pos_mat(pos_mat), d_x_rows(x_rows), d_pass_mat(pass_mat), d_pass_row0(pass_row0),
+      d_pass_n(pass_n);
+  DeviceBuffer<int32_t> d_count(std::vector<int32_t>{static_cast<int32_t>(n_passes)});
+  const size_t y_floats = static_cast<size_t>(n_pos * y_stride);
+  DeviceBuffer<float> d_want(y_floats), d_got(y_floats), d_u(y_floats);
+
+  QuantGemvParams pair = PackedIq1s(d_gate.get(), d_xe.get(), d_want.get(), c.rows, c.cols);
+  pair.n_mats = n_pos;
+  pair.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  pair.mat_ids = d_pos_mat.get();
+  pair.x_stride = x_stride;
+  pair.x_mat_stride = x_stride;
+  pair.y_stride = y_stride;
+  pair.y_mat_stride = y_stride;
+  pair.n_tokens = 1;
+  pair.int8_x = true;
+  QuantGemvParams grouped = PackedIq1s(d_gate.get(), d_x.get(), d_got.get(), c.rows, c.cols);
+  grouped.mat_stride_bytes = static_cast<int64_t>(mat_stride);
+  grouped.x_stride = x_stride;
+  grouped.y_stride = y_stride;
+  grouped.int8_x = true;
+  ASSERT_TRUE(QuantGemvGroupedSupports(grouped));
+  const QuantGemvPasses passes{d_count.get(), d_pass_mat.get(), d_pass_row0.get(), d_pass_n.get(), d_x_rows.get(),
+                               n_passes + 3};
+  auto same = [&](const char* what) {
+    const std::vector<float> want = d_want.Download(), got = d_got.Download();
+    EXPECT_EQ(0, std::memcmp(want.data(), got.data(), y_floats * sizeof(float))) << what;
+    int64_t nan_rows = 0;  // every position's row written (the padding stays NaN in both)
+    for (int64_t p = 0; p < n_pos; ++p) nan_rows += std::isnan(got[p * y_stride]);
+    EXPECT_EQ(nan_rows, 0) << what;
+  };
+
+  d_want.Poison();
+  d_got.Poison();
+  K3_ASSERT_LAUNCH(QuantGemv(pair, nullptr));
+  K3_ASSERT_LAUNCH(QuantGemvGrouped(grouped, passes, nullptr));
+  same("plain");
+
+  d_want.Poison();
+  d_got.Poison();
+  K3_ASSERT_LAUNCH(QuantGemvGateUpSitu(QuantGemvGateUpParams{pair, d_up.get(), kBeta, kLambda}, nullptr));
+  K3_ASSERT_LAUNCH(QuantGemvGateUpSituGrouped(QuantGemvGateUpParams{grouped, d_up.get(), kBeta, kLambda}, passes,
+                                              nullptr));
+  same("gate|up");
+
+  // positions as x rows (x_rows nullptr: the down products' form)
+  QuantGemvParams by_pos = grouped;
+  by_pos.x = d_xe.get();
+  QuantGemvPasses own = passes;
+  own.x_rows = nullptr;
+  d_want.Poison();
+  d_got.Poison();
+  K3_ASSERT_LAUNCH(QuantGemv(pair, nullptr));
+  K3_ASSERT_LAUNCH(QuantGemvGrouped(by_pos, own, nullptr));
+  same("x by position");
+
+  // no passes: nothing written
+  d_got.Poison();
+  ASSERT_EQ(cudaMemset(d_count.get(), 0, 4), cudaSuccess);
+  K3_ASSERT_LAUNCH(QuantGemvGrouped(grouped, passes, nullptr));
+  const std::vector<float> none = d_got.Download();
+  EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](float v) { return std::isnan(v); }));
+}
+
+TEST(QuantGemvTest, Iq1sGroupedMatchesPerPairLaunches) {
+  K3_REQUIRE_GPU();
+  RunGrouped({3072, 3584, 40, 30, 16}, 401);  // K3's gate|up shape: ~90 positions of 16 tokens
+  RunGrouped({3584, 3072, 24, 20, 64}, 402);  // K3's down shape
+  RunGrouped({97, 3328, 9, 11, 5}, 403);      // 13 blocks per row, a last tile of 1 row (cp.async tiles)
+  RunGrouped({256, 256, 6, 7, 4}, 404);       // the golden model's expert shape: one warp per block
+  RunGrouped({64, 512, 3, 1, 2, 1}, 405);     // one pass of one position
+}
+
+TEST(QuantGemvTest, Iq1sGroupedRejects) {
+  K3_REQUIRE_GPU();
+  DeviceBuffer<uint8_t> w(50 * 64 * 2 + 64);
+  DeviceBuffer<float> x(512), y(128);
+  DeviceBuffer<int32_t> ints(8);
+  QuantGemvParams p = PackedIq1s(w.get(), x.get(), y.get(), 64, 256);
+  p.int8_x = true;
+  p.mat_stride_bytes = 50 * 64;
+  const QuantGemvPasses g{ints.get(), ints.get(), ints.get(), ints.get(), nullptr, 1};
+  QuantGemvPasses bad = g;
+  bad.n_passes = nullptr;
+  EXPECT_EQ(QuantGemvGrouped(p, bad, nullptr), cudaErrorInvalidValue);
+  QuantGemvParams q = p;
+  q.mat_ids = ints.get();  // the passes name the matrices
+  EXPECT_EQ(QuantGemvGrouped(q, g, nullptr), cudaErrorInvalidValue);
+  q = p;
+  q.mat_stride_bytes = 8;  // matrices overlap
+  EXPECT_EQ(QuantGemvGrouped(q, g, nullptr), cudaErrorInvalidValue);
+  q = p;
+  q.int8_x = false;  // the exact path has no grouped form
+  EXPECT_FALSE(QuantGemvGroupedSupports(q));
+  EXPECT_EQ(QuantGemvGrouped(q, g, nullptr), cudaErrorInvalidValue);
+  QuantGemvGateUpParams gp{p, nullptr, 4.0f, 25.0f};
+  EXPECT_EQ(QuantGemvGateUpSituGrouped(gp, g, nullptr), cudaErrorInvalidValue);
+}
+
 // The IQ1_S sub-block kernel's order of summation depends on the shape only: token 0's outputs are
 // bit-identical whether it comes alone or with 1, 4 or 7 other tokens.
 TEST(QuantGemvTest, Iq1sBatchInvariant) {

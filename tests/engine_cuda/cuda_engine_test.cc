@@ -91,8 +91,10 @@ class CudaGoldenTest : public ::testing::Test {
                                    int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512,
                                    bool fused_residual = false, bool fused_gate_up = true,
                                    int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
-                                   bool residual_epilogue = true, int64_t cache_tokens = 4096) {
+                                   bool residual_epilogue = true, int64_t cache_tokens = 4096,
+                                   bool grouped_expert_gemv = false) {
     CudaEngineOptions opt;
+    opt.grouped_expert_gemv = grouped_expert_gemv;
     opt.residual_epilogue = residual_epilogue;
     opt.l2_prefetch_mb = l2_prefetch_mb;
     opt.fused_residual = fused_residual;
@@ -113,6 +115,23 @@ class CudaGoldenTest : public ::testing::Test {
     auto e = CudaEngine::Open(kGolden + "k3-golden-a.gguf", opt);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
+  }
+  // n_seqs sequences (ids 1200.., prompt q % 4 each, starting q tokens in) decoded a token per
+  // step together for `steps` steps: each sequence's logits, step after step, in (*got)[q].
+  void DecodeBatches(CudaEngine& e, int64_t n_seqs, size_t steps, std::vector<std::vector<float>>* got) {
+    const int64_t V = e.config().vocab;
+    got->assign(n_seqs, {});
+    for (int64_t q = 0; q < n_seqs; ++q) ASSERT_TRUE(e.Add(1200 + q).ok());
+    for (size_t t = 0; t < steps; ++t) {
+      std::vector<SeqInput> batch;
+      for (int64_t q = 0; q < n_seqs; ++q) {
+        const auto& pr = prompts_[q % prompts_.size()];
+        batch.push_back({static_cast<SeqId>(1200 + q), std::span<const int32_t>(&pr[(t + q) % pr.size()], 1), true});
+      }
+      auto r = e.Forward(batch);
+      ASSERT_TRUE(r.ok()) << r.status();
+      for (size_t j = 0; j < batch.size(); ++j) (*got)[j].insert((*got)[j].end(), r->row(j), r->row(j) + V);
+    }
   }
   // The logits files `prefix`.pN.f32 of the four prompts, concatenated; empty when one is missing.
   static std::vector<float> ReadAll(const std::string& prefix) {
@@ -216,27 +235,39 @@ TEST_F(CudaGoldenTest, ResidualEpilogueChangesNoValue) {
         continue;
       }
       // n_seqs sequences per step (prompt s % 4 each), 8 steps
-      const int64_t V = on->config().vocab;
       std::vector<std::vector<float>> got[2];
-      CudaEngine* engines[2] = {on.get(), off.get()};
-      for (int k = 0; k < 2; ++k) {
-        got[k].resize(n_seqs);
-        for (int64_t q = 0; q < n_seqs; ++q) ASSERT_TRUE(engines[k]->Add(1200 + q).ok());
-        for (size_t t = 0; t < 8; ++t) {
-          std::vector<SeqInput> batch;
-          for (int64_t q = 0; q < n_seqs; ++q) {
-            const auto& pr = prompts_[q % prompts_.size()];
-            batch.push_back({static_cast<SeqId>(1200 + q), std::span<const int32_t>(&pr[(t + q) % pr.size()], 1), true});
-          }
-          auto r = engines[k]->Forward(batch);
-          ASSERT_TRUE(r.ok()) << r.status();
-          for (size_t j = 0; j < batch.size(); ++j) got[k][j].insert(got[k][j].end(), r->row(j), r->row(j) + V);
-        }
-      }
+      DecodeBatches(*on, n_seqs, 8, &got[0]);
+      DecodeBatches(*off, n_seqs, 8, &got[1]);
       for (int64_t q = 0; q < n_seqs; ++q) {
         ASSERT_EQ(got[0][q].size(), got[1][q].size());
         EXPECT_EQ(0, std::memcmp(got[0][q].data(), got[1][q].data(), got[0][q].size() * sizeof(float)))
             << "batch of " << n_seqs << ", sequence " << q << " int8 " << i8;
+      }
+    }
+  }
+}
+
+// grouped_expert_gemv (with int8 experts): decode steps of 2..64 rows run the routed
+// experts on the expert-grouped GEMV, each position's products exactly the per-pair GEMV's (kernel
+// test Iq1sGroupedMatchesPerPairLaunches), and combine them in choice order with the per-pair
+// combine's arithmetic (MoeCombineParams::choice_order): bit-identical logits. Batches of 2, 4 and
+// 12 sequences (the golden model's 32 experts, top-4: from 4 sequences on most steps put several
+// tokens on one expert, i.e. passes of two), 8 steps, graphs on and off.
+TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
+  for (bool graphs : {true, false}) {
+    for (int64_t n_seqs : {int64_t{2}, int64_t{4}, int64_t{12}}) {
+      const int64_t mb = std::max<int64_t>(4, n_seqs);
+      auto grouped = Open(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb, 512, 512, false, true, 0, true,
+                          4096, /*grouped_expert_gemv=*/true);
+      auto pairs = Open(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb);
+      ASSERT_TRUE(grouped && pairs);
+      std::vector<std::vector<float>> a, b;
+      DecodeBatches(*grouped, n_seqs, 8, &a);
+      DecodeBatches(*pairs, n_seqs, 8, &b);
+      for (int64_t q = 0; q < n_seqs; ++q) {
+        ASSERT_EQ(a[q].size(), b[q].size());
+        EXPECT_EQ(0, std::memcmp(a[q].data(), b[q].data(), a[q].size() * sizeof(float)))
+            << "batch of " << n_seqs << ", sequence " << q << " graphs " << graphs;
       }
     }
   }

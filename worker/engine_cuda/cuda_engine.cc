@@ -69,6 +69,7 @@ struct CudaEngine::Impl : DGlobals {
   int32_t *ids, *idloc;
   // MoE grouped by expert (steps of more than kMmaMaxRows rows): offsets, rows, slots, scratch
   int32_t *group_offsets = nullptr, *group_rows = nullptr, *group_slot = nullptr;
+  int32_t *pass_count = nullptr, *pass_mat = nullptr, *pass_row0 = nullptr, *pass_n = nullptr;  // grouped GEMV passes
   void* group_ws = nullptr;
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;
@@ -316,13 +317,17 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.wloc, F(B * K));
   K3_ASSIGN_OR_RETURN(m.ids, m.Alloc<int32_t>(B * K));
   K3_ASSIGN_OR_RETURN(m.idloc, m.Alloc<int32_t>(B * K));
-  if (B > kMoePairMaxRows && c.n_experts > 0) {  // steps that group the MoE by expert
+  if (B > 1 && c.n_experts > 0) {  // steps that group the MoE by expert (GEMM, or grouped GEMV passes)
     const int64_t El = std::max<int64_t>(shard_.n_experts, 1);
     K3_ASSIGN_OR_RETURN(m.group_offsets, m.Alloc<int32_t>(El + 1));
     K3_ASSIGN_OR_RETURN(m.group_rows, m.Alloc<int32_t>(B * K));
     K3_ASSIGN_OR_RETURN(m.group_slot, m.Alloc<int32_t>(B * K));
     K3_ASSIGN_OR_RETURN(uint8_t* ws, m.Alloc<uint8_t>(cuda::MoeGroupWorkspaceBytes(B, K, El)));
     m.group_ws = ws;
+    K3_ASSIGN_OR_RETURN(m.pass_count, m.Alloc<int32_t>(1));
+    K3_ASSIGN_OR_RETURN(m.pass_mat, m.Alloc<int32_t>(B * K));
+    K3_ASSIGN_OR_RETURN(m.pass_row0, m.Alloc<int32_t>(B * K));
+    K3_ASSIGN_OR_RETURN(m.pass_n, m.Alloc<int32_t>(B * K));
   }
   if (B > kMmaMaxRows) {  // steps with products on the tile GEMM (Product, products.h)
     // The widest activations a GEMM of this engine reads, as f16: B rows of the widest input,
@@ -1128,10 +1133,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       }
       float* mm = m.reduce;
       float* sh = m.reduce + n * L;
-      if (moe_grouped) {
-        // Many rows: (token, choice) pairs grouped by local expert, each expert's weights read
-        // once for all its rows (grouped tensor-core GEMMs), then a weighted combine per token.
-        const int64_t El = shard_.n_experts;
+      const int64_t El = shard_.n_experts;
+      // (token, choice) pairs grouped by local expert: position p runs over expert 0's pairs, ...
+      auto group_tokens = [&](int32_t pass_rows) {
         cuda::MoeGroupParams gp;
         gp.ids = m.ids;
         gp.n_tokens = n;
@@ -1142,15 +1146,14 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         gp.x_rows = m.group_rows;
         gp.slot_of = m.group_slot;
         gp.workspace = m.group_ws;
-        K3_CU(cuda::MoeGroupTokens(gp, s));
-        // Fused, situ may go straight to f16 for the down product's wgmma kernel, in m.ue (up's
-        // f32 output, which the fused launch does not need; [n·K][Fw] floats hold the halves).
-        bool half = false;
-        K3_CU(GroupedGateUpSitu(w.gate_exps, w.up_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ge, m.ue,
-                                n * K, c, gws, s, options_.fused_gate_up,
-                                GroupedTakesHalfX(w.down_exps) ? m.ue : nullptr, &half));
-        K3_CU(GroupedProduct(w.down_exps, El, m.group_offsets, nullptr, 0, m.ge, Fw, m.ye, L, n * K, gws, s,
-                             half ? m.ue : nullptr));
+        gp.pass_rows = pass_rows;
+        gp.n_passes = m.pass_count;
+        gp.pass_mat = m.pass_mat;
+        gp.pass_row0 = m.pass_row0;
+        gp.pass_n = m.pass_n;
+        return cuda::MoeGroupTokens(gp, s);
+      };
+      auto combine_grouped = [&](bool choice_order) {
         cuda::MoeCombineParams cp;
         cp.y = m.ye;
         cp.y_stride = L;
@@ -1161,7 +1164,36 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         cp.cols = L;
         cp.out = mm;
         cp.out_stride = L;
-        K3_CU(cuda::MoeCombineGrouped(cp, s));
+        cp.choice_order = choice_order;
+        return cuda::MoeCombineGrouped(cp, s);
+      };
+      // Decode steps of a few rows: the pairs grouped into passes of two positions of one expert
+      // on the grouped GEMV (each expert's rows decoded once per pass).
+      const bool rows_grouped = !moe_grouped && n > 1 && options_.int8_expert_x && options_.grouped_expert_gemv &&
+                                m.group_offsets != nullptr &&
+                                GemvStackGroupedSupports(w.gate_exps, w.up_exps, w.down_exps, m.r, m.ge);
+      if (moe_grouped) {
+        // Many rows: (token, choice) pairs grouped by local expert, each expert's weights read
+        // once for all its rows (grouped tensor-core GEMMs), then a weighted combine per token.
+        K3_CU(group_tokens(0));
+        // Fused, situ may go straight to f16 for the down product's wgmma kernel, in m.ue (up's
+        // f32 output, which the fused launch does not need; [n·K][Fw] floats hold the halves).
+        bool half = false;
+        K3_CU(GroupedGateUpSitu(w.gate_exps, w.up_exps, El, m.group_offsets, m.group_rows, n, m.r, L, m.ge, m.ue,
+                                n * K, c, gws, s, options_.fused_gate_up,
+                                GroupedTakesHalfX(w.down_exps) ? m.ue : nullptr, &half));
+        K3_CU(GroupedProduct(w.down_exps, El, m.group_offsets, nullptr, 0, m.ge, Fw, m.ye, L, n * K, gws, s,
+                             half ? m.ue : nullptr));
+        K3_CU(combine_grouped(false));
+      } else if (rows_grouped) {
+        K3_CU(group_tokens(cuda::kQuantGemvPassRows));
+        cuda::QuantGemvPasses g{m.pass_count, m.pass_mat, m.pass_row0, m.pass_n, m.group_rows, n * K};
+        const bool fuse_gate_up = options_.fused_gate_up && n <= kFusedGateUpMaxRows;
+        K3_CU(GemvStackGateUpGrouped(w.gate_exps, w.up_exps, g, m.r, L, m.ge, m.ue, Fw, n * K, c, s, fuse_gate_up));
+        K3_CU(prefetch(w.routed_up));  // during the down-products, the combine and the norm
+        g.x_rows = nullptr;  // the down products' x: the gate|up rows, by position
+        K3_CU(GemvStackGrouped(w.down_exps, g, m.ge, Fw, m.ye, L, s));
+        K3_CU(combine_grouped(true));  // the per-pair combine's order and arithmetic: its bits
       } else {
         // A rank holding every expert uses the router's ids and weights as they are; one token's
         // (token, expert) pairs all read its row of m.r (a shared x: no copy per pair).

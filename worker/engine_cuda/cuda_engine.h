@@ -100,6 +100,15 @@ struct CudaEngineOptions {
   // the same bits; slice8 MoE layers at 8192 tokens 360.9 -> 356.7 ms). Off: three launches (the
   // A/B switch of the benchmarks).
   bool fused_gate_up = true;
+  // With int8_expert_x, decode steps of 2..kMoePairMaxRows rows group the (token, expert) pairs by
+  // expert (MoeGroupTokens, cut into passes of two positions) and run the routed products on the
+  // expert-grouped GEMV (cuda::QuantGemvGrouped: each expert's rows read and decoded once per pass
+  // for both positions, each position's values those of its per-pair GEMV; checked bit for bit on
+  // an H200), then combine them in choice order with the per-pair combine's arithmetic (the same
+  // logits; engine test GroupedExpertGemvMatchesPerPair). Off by default until that engine test
+  // and the batch 16 / 64 benchmark have run on a GPU (no device was left in session 35); off: one
+  // GEMV per (token, expert) pair.
+  bool grouped_expert_gemv = false;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
   // the recurrence and the gated norm; a MoE layer's latent up-projection during the expert

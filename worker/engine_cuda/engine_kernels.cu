@@ -98,7 +98,9 @@ __global__ void CombineKernel(const float* ye, const float* w, int64_t k, int64_
   const int64_t t = blockIdx.y;
   for (int64_t d = blockIdx.x * blockDim.x + threadIdx.x; d < width; d += gridDim.x * blockDim.x) {
     float acc = 0.0f;
-    for (int64_t j = 0; j < k; ++j) acc += w[t * k + j] * ye[(t * k + j) * width + d];
+    // fused multiply-add in choice order, spelled out: the expert-grouped decode's combine
+    // (MoeCombineParams::choice_order) gives the same bits
+    for (int64_t j = 0; j < k; ++j) acc = fmaf(w[t * k + j], ye[(t * k + j) * width + d], acc);
     m[t * width + d] = acc;
   }
 }

@@ -108,6 +108,32 @@ cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t*
   return e;
 }
 
+bool GemvStackGroupedSupports(const DStack& gate, const DStack& up, const DStack& down, const float* x, float* y) {
+  auto takes = [&](const DStack& w) {
+    return cuda::QuantGemvGroupedSupports(StackParams(w, nullptr, 1, x, w.cols, 0, y, w.rows, 0, 1, true));
+  };
+  return SameShape(gate, up) && takes(gate) && takes(down);
+}
+
+cudaError_t GemvStackGrouped(const DStack& w, const cuda::QuantGemvPasses& g, const float* x, int64_t x_stride,
+                             float* y, int64_t y_stride, cudaStream_t s) {
+  return cuda::QuantGemvGrouped(StackParams(w, nullptr, 1, x, x_stride, 0, y, y_stride, 0, 1, true), g, s);
+}
+
+cudaError_t GemvStackGateUpGrouped(const DStack& gate, const DStack& up, const cuda::QuantGemvPasses& g,
+                                   const float* x, int64_t x_stride, float* gy, float* uy, int64_t y_stride,
+                                   int64_t n_positions, const model::K3Config& c, cudaStream_t s, bool fused) {
+  if (fused) {
+    const cuda::QuantGemvParams p = StackParams(gate, nullptr, 1, x, x_stride, 0, gy, y_stride, 0, 1, true);
+    return cuda::QuantGemvGateUpSituGrouped(cuda::QuantGemvGateUpParams{p, up.data, c.situ_beta, c.situ_linear_beta},
+                                            g, s);
+  }
+  cudaError_t e = GemvStackGrouped(gate, g, x, x_stride, gy, y_stride, s);
+  if (e == cudaSuccess) e = GemvStackGrouped(up, g, x, x_stride, uy, y_stride, s);
+  if (e == cudaSuccess) e = SituInto(gy, uy, n_positions, gate.rows, c, s);
+  return e;
+}
+
 namespace {
 
 // Product's dispatch, in its order: the tensor-core GEMV, then the GEMV (direct-load where w has

@@ -69,6 +69,17 @@ cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t*
                             int64_t x_stride, int64_t x_mat, float* g, float* u, int64_t y_stride, int64_t y_mat,
                             const model::K3Config& c, cudaStream_t s, bool int8_x, bool fused);
 
+// The expert-grouped decode form (int8 x; cuda::QuantGemvGrouped): whether the routed experts'
+// stacks take it (x, y: any 16-byte aligned activation buffers, only checked), the down product (y row p = W_{mat}·x row p over the passes' positions) and the
+// gate|up half (x rows through g.x_rows; gy rows situ(gate, up), uy the up products' buffer unless
+// fused, n_positions rows of each).
+bool GemvStackGroupedSupports(const DStack& gate, const DStack& up, const DStack& down, const float* x, float* y);
+cudaError_t GemvStackGrouped(const DStack& w, const cuda::QuantGemvPasses& g, const float* x, int64_t x_stride,
+                             float* y, int64_t y_stride, cudaStream_t s);
+cudaError_t GemvStackGateUpGrouped(const DStack& gate, const DStack& up, const cuda::QuantGemvPasses& g,
+                                   const float* x, int64_t x_stride, float* gy, float* uy, int64_t y_stride,
+                                   int64_t n_positions, const model::K3Config& c, cudaStream_t s, bool fused);
+
 // y = W x for n rows: the f32 GEMV up to gemv_max_rows rows (<= kGemvMaxRows); then, up to
 // kMmaMaxRows rows, the tensor-core GEMV where w has a direct Q8_0 form and the f32 GEMV for the
 // other matrices (small ones: router, gate and beta projections); the tile GEMM beyond, or cuBLAS

@@ -12,6 +12,8 @@
 //              in lane order after the chunk's running base for that expert (shared memory).
 // Position of entry i = group_offsets[e] + (entries of e in earlier chunks) + (entries of e
 // earlier in this chunk): exactly the stable order by flat index, whatever the scheduling.
+// With pass_rows, the scan also cuts each expert's positions into passes (a second block scan, of
+// the per-expert pass counts) for the expert-grouped GEMV.
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -41,6 +43,11 @@ struct GroupArgs {
   int32_t* group_offsets;
   int32_t* x_rows;
   int32_t* slot_of;
+  int32_t pass_rows;  // > 0: also the passes (MoeGroupParams)
+  int32_t* n_passes;
+  int32_t* pass_mat;
+  int32_t* pass_row0;
+  int32_t* pass_n;
 };
 
 __device__ __forceinline__ int LocalExpert(const GroupArgs& a, int64_t i) {
@@ -68,29 +75,10 @@ __global__ void __launch_bounds__(kCountThreads) CountKernel(const GroupArgs a) 
   for (int e = threadIdx.x; e < a.n_experts; e += kCountThreads) out[e] = cnt[e];
 }
 
-__global__ void __launch_bounds__(kScanThreads) ScanKernel(const GroupArgs a) {
-  PdlEnter();
-  __shared__ int32_t tot[kMaxExperts];
-  __shared__ int32_t warp_sums[kScanThreads / 32];
+// The exclusive prefix of `local` over the block's threads in thread order (warp_sums: kScanThreads
+// / 32 ints of shared memory, free on entry).
+__device__ __forceinline__ int32_t BlockExclusiveScan(int32_t local, int32_t* warp_sums) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  // Per expert: exclusive prefix over chunks, in place.
-  for (int e = tid; e < a.n_experts; e += kScanThreads) {
-    int32_t run = 0;
-    int32_t* p = a.counts + e;
-#pragma unroll 8
-    for (int c = 0; c < a.n_chunks; ++c) {
-      const int32_t v = p[static_cast<int64_t>(c) * a.n_experts];
-      p[static_cast<int64_t>(c) * a.n_experts] = run;
-      run += v;
-    }
-    tot[e] = run;
-  }
-  __syncthreads();
-  // Exclusive prefix over experts: thread t sums a contiguous segment, then a block scan.
-  const int seg = (a.n_experts + kScanThreads - 1) / kScanThreads;
-  const int e0 = tid * seg, e1 = min(e0 + seg, a.n_experts);
-  int32_t local = 0;
-  for (int e = e0; e < e1; ++e) local += tot[e];
   int32_t incl = local;  // inclusive warp scan
 #pragma unroll
   for (int o = 1; o < 32; o <<= 1) {
@@ -110,9 +98,50 @@ __global__ void __launch_bounds__(kScanThreads) ScanKernel(const GroupArgs a) {
     warp_sums[lane] = wi - w;  // exclusive prefix of the warps
   }
   __syncthreads();
-  int32_t run = warp_sums[warp] + incl - local;  // exclusive prefix of this thread's segment
+  return warp_sums[warp] + incl - local;
+}
+
+__global__ void __launch_bounds__(kScanThreads) ScanKernel(const GroupArgs a) {
+  PdlEnter();
+  __shared__ int32_t tot[kMaxExperts];
+  __shared__ int32_t warp_sums[kScanThreads / 32];
+  const int tid = threadIdx.x;
+  // Per expert: exclusive prefix over chunks, in place.
+  for (int e = tid; e < a.n_experts; e += kScanThreads) {
+    int32_t run = 0;
+    int32_t* p = a.counts + e;
+#pragma unroll 8
+    for (int c = 0; c < a.n_chunks; ++c) {
+      const int32_t v = p[static_cast<int64_t>(c) * a.n_experts];
+      p[static_cast<int64_t>(c) * a.n_experts] = run;
+      run += v;
+    }
+    tot[e] = run;
+  }
+  __syncthreads();
+  // Exclusive prefix over experts: thread t sums a contiguous segment, then a block scan.
+  const int seg = (a.n_experts + kScanThreads - 1) / kScanThreads;
+  const int e0 = tid * seg, e1 = min(e0 + seg, a.n_experts);
+  int32_t local = 0;
+  for (int e = e0; e < e1; ++e) local += tot[e];
+  int32_t run = BlockExclusiveScan(local, warp_sums);  // this thread's segment's first position
+  int32_t pass = 0;
+  if (a.pass_rows > 0) {
+    int32_t n_local = 0;
+    for (int e = e0; e < e1; ++e) n_local += (tot[e] + a.pass_rows - 1) / a.pass_rows;
+    __syncthreads();  // warp_sums again
+    pass = BlockExclusiveScan(n_local, warp_sums);
+    if (e1 == a.n_experts && e0 < e1) *a.n_passes = pass + n_local;
+  }
   for (int e = e0; e < e1; ++e) {
     a.group_offsets[e] = run;
+    if (a.pass_rows > 0) {
+      for (int32_t r = 0; r < tot[e]; r += a.pass_rows, ++pass) {
+        a.pass_mat[pass] = e;
+        a.pass_row0[pass] = run + r;
+        a.pass_n[pass] = min(a.pass_rows, tot[e] - r);
+      }
+    }
     run += tot[e];
   }
   if (e1 == a.n_experts && e0 < e1) a.group_offsets[a.n_experts] = run;
@@ -147,8 +176,13 @@ __global__ void __launch_bounds__(32) PlaceKernel(const GroupArgs a) {
   }
 }
 
-// out[t][c] = (accumulate ? out : 0) + Σ w·y over the token's slots in increasing order.
+// out[t][c] = (accumulate ? out : 0) + Σ w·y over the token's slots in increasing order (each
+// term rounded, then added), or with choice_order in the token's choice order, fused (fmaf).
 constexpr int kCombineThreads = 256;
+
+__device__ __forceinline__ float CombineTerm(bool fused, float w, float y, float acc) {
+  return fused ? fmaf(w, y, acc) : __fadd_rn(acc, __fmul_rn(w, y));
+}
 
 __global__ void __launch_bounds__(kCombineThreads) CombineKernel(const MoeCombineParams p, bool vec4) {
   PdlEnter();
@@ -157,14 +191,15 @@ __global__ void __launch_bounds__(kCombineThreads) CombineKernel(const MoeCombin
   __shared__ int s_n;
   const int64_t t = blockIdx.x;
   if (threadIdx.x == 0) {
-    // The token's valid slots, sorted by position (k <= 64: insertion sort by one thread).
+    // The token's valid slots, sorted by position (k <= 64: insertion sort by one thread) unless
+    // choice_order.
     int n = 0;
     for (int j = 0; j < p.k; ++j) {
       const int32_t s = p.slot_of[t * p.k + j];
       if (s < 0) continue;
       const float w = p.weights[t * p.k + j];
       int at = n++;
-      while (at > 0 && s_slot[at - 1] > s) {
+      while (!p.choice_order && at > 0 && s_slot[at - 1] > s) {
         s_slot[at] = s_slot[at - 1];
         s_w[at] = s_w[at - 1];
         --at;
@@ -184,10 +219,10 @@ __global__ void __launch_bounds__(kCombineThreads) CombineKernel(const MoeCombin
     for (int u = 0; u < n; ++u) {
       const float w = s_w[u];
       const float4 v = __ldg(reinterpret_cast<const float4*>(p.y + static_cast<int64_t>(s_slot[u]) * p.y_stride + c));
-      acc.x = __fadd_rn(acc.x, __fmul_rn(w, v.x));
-      acc.y = __fadd_rn(acc.y, __fmul_rn(w, v.y));
-      acc.z = __fadd_rn(acc.z, __fmul_rn(w, v.z));
-      acc.w = __fadd_rn(acc.w, __fmul_rn(w, v.w));
+      acc.x = CombineTerm(p.choice_order, w, v.x, acc.x);
+      acc.y = CombineTerm(p.choice_order, w, v.y, acc.y);
+      acc.z = CombineTerm(p.choice_order, w, v.z, acc.z);
+      acc.w = CombineTerm(p.choice_order, w, v.w, acc.w);
     }
     *reinterpret_cast<float4*>(out + c) = acc;
   } else {
@@ -195,7 +230,7 @@ __global__ void __launch_bounds__(kCombineThreads) CombineKernel(const MoeCombin
     if (c >= p.cols) return;
     float acc = p.accumulate ? out[c] : 0.0f;
     for (int u = 0; u < n; ++u) {
-      acc = __fadd_rn(acc, __fmul_rn(s_w[u], p.y[static_cast<int64_t>(s_slot[u]) * p.y_stride + c]));
+      acc = CombineTerm(p.choice_order, s_w[u], p.y[static_cast<int64_t>(s_slot[u]) * p.y_stride + c], acc);
     }
     out[c] = acc;
   }
@@ -218,6 +253,10 @@ cudaError_t MoeGroupTokens(const MoeGroupParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.group_offsets == nullptr) return cudaErrorInvalidValue;
+  if (p.pass_rows < 0 || (p.pass_rows > 0 && (p.n_passes == nullptr || p.pass_mat == nullptr ||
+                                               p.pass_row0 == nullptr || p.pass_n == nullptr))) {
+    return cudaErrorInvalidValue;
+  }
   if (p.n_tokens * p.k > (int64_t{1} << 30)) return cudaErrorInvalidValue;
   if (p.n_tokens > 0 && (p.ids == nullptr || p.x_rows == nullptr || p.slot_of == nullptr || p.workspace == nullptr)) {
     return cudaErrorInvalidValue;
@@ -233,6 +272,11 @@ cudaError_t MoeGroupTokens(const MoeGroupParams& p, cudaStream_t stream) {
   a.group_offsets = p.group_offsets;
   a.x_rows = p.x_rows;
   a.slot_of = p.slot_of;
+  a.pass_rows = p.pass_rows;
+  a.n_passes = p.n_passes;
+  a.pass_mat = p.pass_mat;
+  a.pass_row0 = p.pass_row0;
+  a.pass_n = p.pass_n;
   if (a.n_chunks > 0) {
     K3_CUDA_CHECK(LaunchKernel(CountKernel, a.n_chunks, kCountThreads, 0, stream, a));
   }

@@ -164,6 +164,13 @@ struct MoeGroupParams {
                              // past group_offsets[n_experts] are left untouched)
   int32_t* slot_of;          // [n_tokens * k] out: (t, j) -> its grouped position p, or -1
   void* workspace;           // device scratch of MoeGroupWorkspaceBytes(n_tokens, k, n_experts) bytes
+  // > 0: the positions also cut into passes for the expert-grouped GEMV (QuantGemvPasses):
+  // expert e's positions in runs of pass_rows (the last shorter), experts in order.
+  int32_t pass_rows = 0;
+  int32_t* n_passes = nullptr;   // [1] out: the passes
+  int32_t* pass_mat = nullptr;   // [n_tokens * k] out: pass i's local expert
+  int32_t* pass_row0 = nullptr;  // [n_tokens * k] out: its first position
+  int32_t* pass_n = nullptr;     // [n_tokens * k] out: its positions, 1..pass_rows
 };
 
 // Scratch bytes MoeGroupTokens needs (a multiple of 256).
@@ -185,6 +192,10 @@ struct MoeCombineParams {
   float* out;              // [n_tokens][out_stride] device
   int64_t out_stride;      // >= cols
   bool accumulate = false; // add to out instead of overwriting it
+  // The terms in each token's choice order (j = 0..k-1), acc = fmaf(w, y, acc): the per-pair
+  // decode combine's arithmetic (engine_cuda CombineExperts), so an expert-grouped decode step
+  // gives that path's bits.
+  bool choice_order = false;
 };
 
 cudaError_t MoeCombineGrouped(const MoeCombineParams& p, cudaStream_t stream);

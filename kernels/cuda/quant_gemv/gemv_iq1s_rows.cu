@@ -46,6 +46,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/cuda/activation/situ.cuh"
 #include "kernels/cuda/bulk_copy.cuh"
@@ -67,6 +68,7 @@ static_assert(4 * kGridCopies == 1 << kEntryShift);
 constexpr int kMaxWarps = kIq1sRowsMaxCols / 256;      // a warp per block column
 constexpr int kBlockWords = 13;                        // aligned words covering a 50-byte block
 constexpr int kXWords = 12;                            // per sub-block: 8 words of int8 x, -Σq, sx, Σx/8, 0
+constexpr int kPassRows = kIq1sRowsPassRows;           // grouped: positions per pass
 
 struct RowArgs {
   const uint8_t* w;        // matrix 0; matrices 16-byte aligned (gate|up: the gate stack)
@@ -85,6 +87,13 @@ struct RowArgs {
   float* y;
   int64_t y_mat_stride;
   float situ_beta, situ_lambda;  // gate|up: y = situ(gate row, up row)
+  // grouped (kGrouped): the launch's "matrices" are passes (mat_ids = the passes' experts), pass i
+  // multiplying positions row0[i] .. row0[i] + n_rows[i] - 1 (x rows x_rows[p], or p; y rows p;
+  // x_mat_stride and y_mat_stride are then per row)
+  const int32_t* n_passes;   // [1] device
+  const int32_t* pass_row0;  // [n_passes]
+  const int32_t* pass_rows;  // [n_passes]: 1..kPassRows
+  const int32_t* x_rows;     // [positions] or nullptr
 };
 
 // A position in the launch's (matrix, tile) order; a tile is `step` rows of the matrix (64, or 32
@@ -157,89 +166,98 @@ __device__ __forceinline__ void StoreXBlock(const float4& a, const float4& b, in
   __syncwarp();
 }
 
-// One row's term of sub-block ib: dl·(sx·Σ_j g_j·q_j + δ·Σx) with x's words xa, xb, xc.
+// One row's sub-block ib as read from its block: the four grid entries (biased nibbles) and qh.
+struct SubWeights {
+  uint32_t e0, e1, e2, e3, qh;
+};
 template <int kShift>
-__device__ __forceinline__ float SubBlock(const uint32_t (&wd)[kBlockWords], int ib, uint32_t tab_lane, float d,
-                                          const uint4& xa, const uint4& xb, const uint4& xc, float acc) {
+__device__ __forceinline__ SubWeights DecodeSub(const uint32_t (&wd)[kBlockWords], int ib, uint32_t tab_lane) {
   const uint32_t qs = BlockWord<kShift>(wd, 2 + 4 * ib);
   const uint32_t qh = BlockHalf<kShift>(wd, 34 + 2 * ib);
   // grid index of group l: qs byte l | 3 bits of qh << 8 (PRMT from a word whose bytes 2, 3 are 0)
   const uint32_t h01 = (qh & 7u) | ((qh << 5) & 0x700u);
   const uint32_t h23 = ((qh >> 6) & 7u) | ((qh >> 1) & 0x700u);
-  const uint32_t e0 = LdsGrid(tab_lane + (__byte_perm(qs, h01, 0x7640u) << kEntryShift));
-  const uint32_t e1 = LdsGrid(tab_lane + (__byte_perm(qs, h01, 0x7651u) << kEntryShift));
-  const uint32_t e2 = LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7642u) << kEntryShift));
-  const uint32_t e3 = LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7653u) << kEntryShift));
+  return {LdsGrid(tab_lane + (__byte_perm(qs, h01, 0x7640u) << kEntryShift)),
+          LdsGrid(tab_lane + (__byte_perm(qs, h01, 0x7651u) << kEntryShift)),
+          LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7642u) << kEntryShift)),
+          LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7653u) << kEntryShift)), qh};
+}
+
+// The row's term of the sub-block with x's words xa, xb, xc: dl·(sx·Σ_j g_j·q_j + δ·Σx), added to acc.
+__device__ __forceinline__ float DotSub(const SubWeights& w, float d, const uint4& xa, const uint4& xb,
+                                        const uint4& xc, float acc) {
   // low nibbles: values 0..3 of a group (g + 1); high nibbles: values 4..7, 16·(g + 1)
   int lo = static_cast<int>(xc.x), hi = 0;
-  lo = __dp4a(static_cast<int>(e0 & 0x0f0f0f0fu), static_cast<int>(xa.x), lo);
-  hi = __dp4a(static_cast<int>(e0 & 0xf0f0f0f0u), static_cast<int>(xa.y), hi);
-  lo = __dp4a(static_cast<int>(e1 & 0x0f0f0f0fu), static_cast<int>(xa.z), lo);
-  hi = __dp4a(static_cast<int>(e1 & 0xf0f0f0f0u), static_cast<int>(xa.w), hi);
-  lo = __dp4a(static_cast<int>(e2 & 0x0f0f0f0fu), static_cast<int>(xb.x), lo);
-  hi = __dp4a(static_cast<int>(e2 & 0xf0f0f0f0u), static_cast<int>(xb.y), hi);
-  lo = __dp4a(static_cast<int>(e3 & 0x0f0f0f0fu), static_cast<int>(xb.z), lo);
-  hi = __dp4a(static_cast<int>(e3 & 0xf0f0f0f0u), static_cast<int>(xb.w), hi);
+  lo = __dp4a(static_cast<int>(w.e0 & 0x0f0f0f0fu), static_cast<int>(xa.x), lo);
+  hi = __dp4a(static_cast<int>(w.e0 & 0xf0f0f0f0u), static_cast<int>(xa.y), hi);
+  lo = __dp4a(static_cast<int>(w.e1 & 0x0f0f0f0fu), static_cast<int>(xa.z), lo);
+  hi = __dp4a(static_cast<int>(w.e1 & 0xf0f0f0f0u), static_cast<int>(xa.w), hi);
+  lo = __dp4a(static_cast<int>(w.e2 & 0x0f0f0f0fu), static_cast<int>(xb.x), lo);
+  hi = __dp4a(static_cast<int>(w.e2 & 0xf0f0f0f0u), static_cast<int>(xb.y), hi);
+  lo = __dp4a(static_cast<int>(w.e3 & 0x0f0f0f0fu), static_cast<int>(xb.z), lo);
+  hi = __dp4a(static_cast<int>(w.e3 & 0xf0f0f0f0u), static_cast<int>(xb.w), hi);
   const int si = lo + (hi >> 4);  // Σ g·q, exact (hi is a multiple of 16)
-  const float dxs = __uint_as_float(xc.z ^ ((qh & 0x8000u) << 16));  // δ·Σx, δ = ±1/8
-  const float dl = d * static_cast<float>(static_cast<int>(((qh >> 11) & 0xeu) | 1u));  // d·(2·ls + 1)
+  const float dxs = __uint_as_float(xc.z ^ ((w.qh & 0x8000u) << 16));  // δ·Σx, δ = ±1/8
+  const float dl = d * static_cast<float>(static_cast<int>(((w.qh >> 11) & 0xeu) | 1u));  // d·(2·ls + 1)
   return fmaf(dl, fmaf(__uint_as_float(xc.y), static_cast<float>(si), dxs), acc);
 }
 
-// Both rows of this lane over the block (8 sub-blocks in order), the x words of a sub-block read
-// once for the two rows.
-template <int kShift>
+// Both rows of this lane over the block (8 sub-blocks in order) for kTok tokens (x of token t at
+// xq + t·x_tok_words): each sub-block's weights decoded once, its x words read once for both rows.
+// acc[t][r] for row r (lane, lane + 32) and token t; each token's sums exactly the one-token ones.
+template <int kShift, int kTok>
 __device__ __forceinline__ void RowPair(const uint32_t* src0, const uint32_t* src1, uint32_t tab_lane,
-                                        const uint32_t* xq, float& acc0, float& acc1) {
+                                        const uint32_t* xq, int x_tok_words, float (&acc)[kTok][2]) {
   uint32_t w0[kBlockWords], w1[kBlockWords];
 #pragma unroll
   for (int k = 0; k < kBlockWords; ++k) w0[k] = src0[k], w1[k] = src1[k];
   const float d0 = HalfToFloat(BlockHalf<kShift>(w0, 0)), d1 = HalfToFloat(BlockHalf<kShift>(w1, 0));
-  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) acc[t][0] = 0.0f, acc[t][1] = 0.0f;
 #pragma unroll
   for (int ib = 0; ib < 8; ++ib) {
-    const uint4 xa = *reinterpret_cast<const uint4*>(xq + kXWords * ib);
-    const uint4 xb = *reinterpret_cast<const uint4*>(xq + kXWords * ib + 4);
-    const uint4 xc = *reinterpret_cast<const uint4*>(xq + kXWords * ib + 8);
-    a0 = SubBlock<kShift>(w0, ib, tab_lane, d0, xa, xb, xc, a0);
-    a1 = SubBlock<kShift>(w1, ib, tab_lane, d1, xa, xb, xc, a1);
+    const SubWeights s0 = DecodeSub<kShift>(w0, ib, tab_lane), s1 = DecodeSub<kShift>(w1, ib, tab_lane);
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      const uint32_t* const xt = xq + t * x_tok_words + kXWords * ib;
+      const uint4 xa = *reinterpret_cast<const uint4*>(xt);
+      const uint4 xb = *reinterpret_cast<const uint4*>(xt + 4);
+      const uint4 xc = *reinterpret_cast<const uint4*>(xt + 8);
+      acc[t][0] = DotSub(s0, d0, xa, xb, xc, acc[t][0]);
+      acc[t][1] = DotSub(s1, d1, xa, xb, xc, acc[t][1]);
+    }
   }
-  acc0 = a0, acc1 = a1;
 }
 
-// Sums the warps' partials of one tile in warp order (warps 0 and 1: rows lane and lane + 32) into y.
-// gate|up: warp `part` takes rows 16·part .. 16·part + 15 of the tile, lanes 0-15 their gate sums
-// and lanes 16-31 their up sums (the same loads per warp as the plain tile's), then lane j < 16
-// gets lane j + 16's sum and writes the situ of the two.
+// Sums one token's partials of a tile in warp order into y (the tile's output row: y[r] for tile
+// row r, with rows at or past a.rows - row0 left alone). part 0: rows 0-31 (lane rows), part 1: rows
+// 32-63. gate|up: part p takes rows 16·p .. 16·p + 15 of the tile, lanes 0-15 their gate sums and
+// lanes 16-31 their up sums (the same loads per warp as the plain tile's), then lane j < 16 gets
+// lane j + 16's sum and writes the situ of the two.
 template <bool kGateUp>
-__device__ __forceinline__ void StoreTile(const RowArgs& a, const float* red, const TileCursor& t, int warp,
-                                          int lane) {
+__device__ __forceinline__ void StoreTilePart(const RowArgs& a, const float* red, float* y, int row0, int part,
+                                              int lane) {
   if constexpr (kGateUp) {
-    for (int part = warp; part < 2; part += a.nw) {  // one warp alone does both halves
-      const int r = 16 * part + (lane & 15), idx = (lane >> 4) * kHalfRows + r;
-      float v = red[idx];
+    const int r = 16 * part + (lane & 15), idx = (lane >> 4) * kHalfRows + r;
+    float v = red[idx];
 #pragma unroll 4
-      for (int w = 1; w < a.nw; ++w) v += red[w * kTileRows + idx];
-      const float u = __shfl_xor_sync(0xffffffffu, v, 16);
-      if (lane < 16 && t.row0 + r < a.rows) {
-        a.y[t.mat * a.y_mat_stride + t.row0 + r] = detail::SituValue(v, u, a.situ_beta, a.situ_lambda);
-      }
-    }
+    for (int w = 1; w < a.nw; ++w) v += red[w * kTileRows + idx];
+    const float u = __shfl_xor_sync(0xffffffffu, v, 16);
+    if (lane < 16 && row0 + r < a.rows) y[row0 + r] = detail::SituValue(v, u, a.situ_beta, a.situ_lambda);
     return;
   }
-  for (int part = warp; part < 2; part += a.nw) {  // one warp alone does both halves
-    const int r = 32 * part + lane;
-    float v = red[r];
+  const int r = 32 * part + lane;
+  float v = red[r];
 #pragma unroll 4
-    for (int w = 1; w < a.nw; ++w) v += red[w * kTileRows + r];
-    if (t.row0 + r < a.rows) a.y[t.mat * a.y_mat_stride + t.row0 + r] = v;
-  }
+  for (int w = 1; w < a.nw; ++w) v += red[w * kTileRows + r];
+  if (row0 + r < a.rows) y[row0 + r] = v;
 }
 
 // Grid: one block per SM over a contiguous range of the launch's (matrix, 64-row tile) order; warp
 // c owns block column c of every row, lane l rows l and l + 32 of every tile. Tiles stream through
 // kStages shared-memory stages (one commit group each). The warps' partials of tile li go to
-// red[li & 1][warp][row], and after the next tile's barrier warps 0 and 1 sum them in warp order.
+// red[li & 1][token][warp][row], and after the next tile's barrier warps 0 and 1 (and 2, 3 for a
+// second token) sum them in warp order.
 // A warp re-rounds its 256 columns of x when the tile's matrix has another x (each warp reads only
 // what it wrote: no block barrier); the next matrix's x and expert id are loaded a tile ahead.
 // kGateUp: a tile is rows row0 .. row0 + 31 of the gate matrix (lane rows) and the same rows of the
@@ -249,18 +267,25 @@ __device__ __forceinline__ void StoreTile(const RowArgs& a, const float* red, co
 // matrix (ptx::BulkCopy) counted on the stage's mbarrier, and the warps wait on that barrier for
 // the tile, instead of every thread issuing its share of 16-byte cp.async (~100 instructions per
 // warp and tile, an eighth of the kernel's).
-template <bool kGateUp, bool kBulk>
+// kGrouped: the matrices are passes of one expert over up to kPassRows positions (RowArgs): a
+// tile's rows are read and decoded once and dotted with each position's x (rounded at the pass's
+// first tile, both read then: a block meets few passes); every position's sums are exactly the
+// one-token kernel's. The pass count is read on the device, the grid sized for the most passes.
+template <bool kGateUp, bool kBulk, bool kGrouped>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArgs a) {
   PdlEnter();
+  constexpr int kTok = kGrouped ? kPassRows : 1;
   extern __shared__ __align__(16) uint8_t dsm[];
   uint32_t* const tab = reinterpret_cast<uint32_t*>(dsm);
   uint8_t* const stages = dsm + kTabBytes;
   uint32_t* const xs = reinterpret_cast<uint32_t*>(stages + kStages * a.stage_bytes);
-  float* const red = reinterpret_cast<float*>(xs + 8 * a.nw * kXWords);
   const int nw = a.nw, nthreads = 32 * nw;
+  const int x_tok_words = 8 * nw * kXWords;  // one token's rounded x
+  const int red_tok = nw * kTileRows;        // one token's partials of a tile
+  float* const red = reinterpret_cast<float*>(xs + kTok * x_tok_words);
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   // kBulk: a barrier per stage, after the partials and LaunchRows's 16 spare bytes
-  const uint32_t bar0 = ptx::SmemAddr(red + 2 * nw * kTileRows) + 16;
+  const uint32_t bar0 = ptx::SmemAddr(red + 2 * kTok * red_tok) + 16;
   if (kBulk && tid == 0) {
     for (int st = 0; st < kStages; ++st) ptx::MbarInit(bar0 + 8 * st, 1);
     ptx::MbarInitFence();
@@ -281,13 +306,15 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
     for (int j = 0; j < kGridCopies / 4; ++j) dst[j] = make_uint4(e, e, e, e);
   }
 
-  const int64_t t_lo = a.n_tiles * blockIdx.x / gridDim.x, t_hi = a.n_tiles * (blockIdx.x + 1) / gridDim.x;
+  const int64_t n_mats = kGrouped ? static_cast<int64_t>(*a.n_passes) : a.n_mats;
+  const int64_t n_tiles = kGrouped ? n_mats * a.tiles_per_mat : a.n_tiles;
+  const int64_t t_lo = n_tiles * blockIdx.x / gridDim.x, t_hi = n_tiles * (blockIdx.x + 1) / gridDim.x;
   const int n_local = static_cast<int>(t_hi - t_lo);
   const int step = kGateUp ? kHalfRows : kTileRows;
   const TileCursor first{static_cast<int>(t_lo / a.tiles_per_mat), static_cast<int>(t_lo % a.tiles_per_mat) * step};
   TileCursor in = first, cur = first;  // the next tile to load, the tile to compute
   auto mat_id = [&](int mat) -> int64_t {
-    return a.mat_ids != nullptr && mat < a.n_mats ? static_cast<int64_t>(a.mat_ids[mat]) : mat;
+    return a.mat_ids != nullptr && mat < n_mats ? static_cast<int64_t>(a.mat_ids[mat]) : mat;
   };
   int64_t in_id = mat_id(in.mat);
   const uint32_t stage0 = ptx::SmemAddr(stages);
@@ -331,44 +358,71 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
   const uint32_t off = static_cast<uint32_t>(lane * a.row_bytes + 50 * warp);  // row `lane`'s block in a stage
   const uint32_t off1 = off + 32u * static_cast<uint32_t>(a.row_bytes);         // row lane + 32's
   float4 xa, xb;  // x of tile `cur`'s matrix, this lane's 8 columns, once the matrix changes
-  if (n_local > 0) LoadX8(a.x + cur.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);
+  if (!kGrouped && n_local > 0) LoadX8(a.x + cur.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);
   int x_mat = -1;  // the matrix whose x xq holds
+  int cur_y = 0, cur_n = 1;    // kGrouped: the first output row and the positions of x_mat's pass
+  int prev_y = 0, prev_n = 1;  // the same for tile li - 1
   int stage = 0;
   TileCursor prev = first;
+  // Tile t's sums (partials rb) into y: a job per (token, half of the tile) for warps 0, 1, ...
+  auto store = [&](const float* rb, const TileCursor& t, int y0, int nt) {
+    for (int job = warp; job < 2 * nt; job += nw) {
+      const int64_t yrow = kGrouped ? y0 + (job >> 1) : t.mat;
+      StoreTilePart<kGateUp>(a, rb + (job >> 1) * red_tok, a.y + yrow * a.y_mat_stride, t.row0, job & 1, lane);
+    }
+  };
   for (int li = 0; li < n_local; ++li) {
     if constexpr (!kBulk) ptx::CpAsyncWait<kStages - 2>();
     __syncthreads();  // tile li is in (kBulk: below); every warp is done with tile li - 1's stage and partials
-    if (li > 0 && warp < 2) StoreTile<kGateUp>(a, red + ((li - 1) & 1) * (nw * kTileRows), prev, warp, lane);
+    if (li > 0) store(red + ((li - 1) & 1) * (kTok * red_tok), prev, prev_y, prev_n);
     issue(li + kStages - 1);
     if (x_mat < 0 || (cur.mat != x_mat && a.x_mat_stride != 0)) {
       x_mat = cur.mat;
-      StoreXBlock(xa, xb, lane, xq);
+      if constexpr (kGrouped) {
+        cur_y = a.pass_row0[cur.mat];
+        cur_n = a.pass_rows[cur.mat];
+        for (int t = 0; t < cur_n; ++t) {
+          const int64_t xrow = a.x_rows != nullptr ? a.x_rows[cur_y + t] : cur_y + t;
+          LoadX8(a.x + xrow * a.x_mat_stride + 256 * warp, lane, xa, xb);
+          StoreXBlock(xa, xb, lane, xq + t * x_tok_words);
+        }
+      } else {
+        StoreXBlock(xa, xb, lane, xq);
+      }
     }
     TileCursor next = cur;
     next.Next(a.rows, step);
-    if (li + 1 < n_local && next.mat != cur.mat && a.x_mat_stride != 0) {
+    if (!kGrouped && li + 1 < n_local && next.mat != cur.mat && a.x_mat_stride != 0) {
       LoadX8(a.x + next.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);  // needed a tile from now
     }
     if constexpr (kBulk) ptx::MbarWait(bar0 + 8 * stage, static_cast<uint32_t>(li / kStages) & 1u);  // tile li is in
     const uint8_t* const st = stages + stage * a.stage_bytes;
     const uint32_t* const src0 = reinterpret_cast<const uint32_t*>(st + (off & ~3u));
     const uint32_t* const src1 = reinterpret_cast<const uint32_t*>(st + (off1 & ~3u));
-    float acc0, acc1;
-    if (off & 2u) {
-      RowPair<2>(src0, src1, tab_lane, xq, acc0, acc1);
+    float* const rb = red + (li & 1) * (kTok * red_tok) + warp * kTileRows + lane;
+    auto compute = [&](auto tok) {
+      constexpr int kT = decltype(tok)::value;
+      float acc[kT][2];
+      if (off & 2u) {
+        RowPair<2, kT>(src0, src1, tab_lane, xq, x_tok_words, acc);
+      } else {
+        RowPair<0, kT>(src0, src1, tab_lane, xq, x_tok_words, acc);
+      }
+#pragma unroll
+      for (int t = 0; t < kT; ++t) rb[t * red_tok] = acc[t][0], rb[t * red_tok + 32] = acc[t][1];
+    };
+    if (kTok > 1 && cur_n == kTok) {
+      compute(std::integral_constant<int, kTok>{});
     } else {
-      RowPair<0>(src0, src1, tab_lane, xq, acc0, acc1);
+      compute(std::integral_constant<int, 1>{});
     }
-    float* const rb = red + (li & 1) * (nw * kTileRows);
-    rb[warp * kTileRows + lane] = acc0;
-    rb[warp * kTileRows + lane + 32] = acc1;
-    prev = cur;
+    prev = cur, prev_y = cur_y, prev_n = cur_n;
     cur = next;
     stage = stage + 1 == kStages ? 0 : stage + 1;
   }
   if (n_local > 0) {
     __syncthreads();
-    if (warp < 2) StoreTile<kGateUp>(a, red + ((n_local - 1) & 1) * (nw * kTileRows), prev, warp, lane);
+    store(red + ((n_local - 1) & 1) * (kTok * red_tok), prev, prev_y, prev_n);
   }
 }
 
@@ -376,25 +430,27 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
 // (32 or 64 rows of 50·nw bytes), the last tile of a matrix when its rows times nw is a multiple of 8.
 bool BulkTiles(const RowArgs& r, int step) { return (static_cast<int64_t>(r.rows % step) * r.nw) % 8 == 0; }
 
-template <bool kGateUp, bool kBulk>
+template <bool kGateUp, bool kBulk, bool kGrouped>
 cudaError_t LaunchRowsAs(const RowArgs& r, cudaStream_t stream) {
-  // the grid, the stages, x, two buffers of partials, 16 bytes for the last lane's 13-word read
-  // past its stage's end, the stages' barriers: 212 KB at 14 blocks per row (of a Hopper block's 227)
-  const int smem =
-      kTabBytes + kStages * r.stage_bytes + 8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4 + 16 + 8 * kStages;
+  // the grid, the stages, x and two buffers of partials per token, 16 bytes for the last lane's
+  // 13-word read past its stage's end, the stages' barriers: at 14 blocks per row 212 KB (one
+  // token) or 220 KB (two, kGrouped) of a Hopper block's 227
+  constexpr int kTok = kGrouped ? kPassRows : 1;
+  const int smem = kTabBytes + kStages * r.stage_bytes + kTok * (8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4) +
+                   16 + 8 * kStages;
   const int threads = 32 * r.nw;
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp, kBulk>);
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp, kBulk, kGrouped>);
   int per_sm = 0;
   K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(r.n_tiles, cap)));
-  return LaunchKernel(Iq1sRowsKernel<kGateUp, kBulk>, grid, threads, smem, stream, r);
+  return LaunchKernel(Iq1sRowsKernel<kGateUp, kBulk, kGrouped>, grid, threads, smem, stream, r);
 }
 
-template <bool kGateUp>
+template <bool kGateUp, bool kGrouped = false>
 cudaError_t LaunchRows(const RowArgs& r, cudaStream_t stream) {
-  return BulkTiles(r, kGateUp ? kHalfRows : kTileRows) ? LaunchRowsAs<kGateUp, true>(r, stream)
-                                                        : LaunchRowsAs<kGateUp, false>(r, stream);
+  return BulkTiles(r, kGateUp ? kHalfRows : kTileRows) ? LaunchRowsAs<kGateUp, true, kGrouped>(r, stream)
+                                                        : LaunchRowsAs<kGateUp, false, kGrouped>(r, stream);
 }
 
 // The launch's arguments from QuantGemv's; tiles of `step` rows per matrix.
@@ -440,6 +496,43 @@ cudaError_t LaunchIq1sRowsGateUp(const Args& gate, const uint8_t* up, float situ
   r.situ_beta = situ_beta;
   r.situ_lambda = situ_lambda;
   return LaunchRows<true>(r, stream);
+}
+
+namespace {
+
+// The grouped launch's arguments: `a` describes one position (x and y row strides in x_mat_stride
+// and y_mat_stride, a.n_mats = the most passes: the grid's bound).
+cudaError_t GroupedRowArgs(const Args& a, const RowPasses& g, int step, RowArgs* r) {
+  if (a.n_tokens != 1 || a.mat_ids != nullptr || !Iq1sRowsApplies(a) || g.n_passes == nullptr || g.mat == nullptr ||
+      g.row0 == nullptr || g.n_rows == nullptr || a.x_mat_stride <= 0 || a.y_mat_stride <= 0) {
+    return cudaErrorInvalidValue;
+  }
+  *r = MakeRowArgs(a, step);
+  r->mat_ids = g.mat;
+  r->n_passes = g.n_passes;
+  r->pass_row0 = g.row0;
+  r->pass_rows = g.n_rows;
+  r->x_rows = g.x_rows;
+  return cudaSuccess;
+}
+
+}  // namespace
+
+cudaError_t LaunchIq1sRowsGrouped(const Args& a, const RowPasses& g, cudaStream_t stream) {
+  RowArgs r{};
+  K3_CUDA_CHECK(GroupedRowArgs(a, g, kTileRows, &r));
+  return LaunchRows<false, true>(r, stream);
+}
+
+cudaError_t LaunchIq1sRowsGateUpGrouped(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
+                                        const RowPasses& g, cudaStream_t stream) {
+  if (up == nullptr || (reinterpret_cast<uintptr_t>(up) & 15u) != 0) return cudaErrorInvalidValue;
+  RowArgs r{};
+  K3_CUDA_CHECK(GroupedRowArgs(gate, g, kHalfRows, &r));
+  r.w_up = up;
+  r.situ_beta = situ_beta;
+  r.situ_lambda = situ_lambda;
+  return LaunchRows<true, true>(r, stream);
 }
 
 }  // namespace k3::cuda::qgemv

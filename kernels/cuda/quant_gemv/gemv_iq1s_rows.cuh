@@ -29,4 +29,24 @@ cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream);
 cudaError_t LaunchIq1sRowsGateUp(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
                                  cudaStream_t stream);
 
+// Positions per pass of the grouped form (each tile's rows decoded once for that many x).
+inline constexpr int kIq1sRowsPassRows = 2;
+
+// The grouped form's passes (device arrays; QuantGemvPasses is the public form).
+struct RowPasses {
+  const int32_t* n_passes;  // [1]
+  const int32_t* mat;       // [passes]: matrix index
+  const int32_t* row0;      // [passes]: first position
+  const int32_t* n_rows;    // [passes]: 1..kIq1sRowsPassRows positions
+  const int32_t* x_rows;    // [positions]: x row of a position, or nullptr (the position)
+};
+
+// Expert-grouped: for pass i and p in [row0[i], row0[i] + n_rows[i]), y row p = W_{mat[i]}·(x row
+// x_rows[p]), a.x_mat_stride and a.y_mat_stride being the x and y row strides, a.n_mats the most
+// passes (a.mat_ids nullptr, a.n_tokens 1). Each position's outputs are exactly LaunchIq1sRows's
+// for its matrix and x.
+cudaError_t LaunchIq1sRowsGrouped(const Args& a, const RowPasses& g, cudaStream_t stream);
+cudaError_t LaunchIq1sRowsGateUpGrouped(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
+                                        const RowPasses& g, cudaStream_t stream);
+
 }  // namespace k3::cuda::qgemv

@@ -72,6 +72,33 @@ bool QuantGemvGateUpSupports(const QuantGemvParams& gate);
 // cudaErrorInvalidValue when the shape is not supported (nothing is launched then).
 cudaError_t QuantGemvGateUpSitu(const QuantGemvGateUpParams& p, cudaStream_t stream);
 
+// Expert-grouped decode form (int8 x, the lane-per-row IQ1_S kernel): the (token, expert) pairs
+// sorted by expert (MoeGroupTokens' positions, kernels/cuda/quant_gemm/quant_gemm.h) in passes of
+// up to kQuantGemvPassRows consecutive positions of one matrix (MoeGroupPasses). A pass reads and
+// decodes its matrix's rows once for all its positions: for pass i and p in [row0[i], row0[i] + n_rows[i]),
+//   y + p·y_stride  =  W_{mat[i]} · (x + (x_rows ? x_rows[p] : p)·x_stride),
+// each position's values exactly QuantGemv's (int8_x) for that matrix and x. QuantGemvParams gives
+// the type (IQ1_S, int8_x), weight, rows, cols, row_bytes, mat_stride_bytes, x, x_stride, y, y_stride;
+// n_mats, x_mat_stride, y_mat_stride and n_tokens are not used, mat_ids must be nullptr.
+inline constexpr int kQuantGemvPassRows = 2;
+struct QuantGemvPasses {
+  const int32_t* n_passes;          // [1] device: passes in use, 0..max_passes
+  const int32_t* mat;               // [max_passes] device: matrix of pass i (weight + mat·mat_stride_bytes)
+  const int32_t* row0;              // [max_passes] device: first position of pass i
+  const int32_t* n_rows;            // [max_passes] device: 1..kQuantGemvPassRows positions
+  const int32_t* x_rows = nullptr;  // [positions] device: x row of each position, or nullptr (the position)
+  int64_t max_passes;               // host bound on *n_passes (the launch is sized for it)
+};
+
+// True when the grouped form takes p's shape (the lane-per-row kernel's, as QuantGemvGateUpSupports).
+bool QuantGemvGroupedSupports(const QuantGemvParams& p);
+
+// cudaErrorInvalidValue for a shape, stride or pass array it does not take (nothing is launched).
+cudaError_t QuantGemvGrouped(const QuantGemvParams& p, const QuantGemvPasses& g, cudaStream_t stream);
+
+// The gate|up form of it: y rows situ(G·x, U·x) (QuantGemvGateUpSitu's values per position).
+cudaError_t QuantGemvGateUpSituGrouped(const QuantGemvGateUpParams& p, const QuantGemvPasses& g, cudaStream_t stream);
+
 // Bytes the launch reads at least (weights once, x once per matrix) and writes: the numerator of
 // the achieved-bandwidth figure.
 size_t QuantGemvMinBytes(const QuantGemvParams& p);
