@@ -288,6 +288,27 @@ TEST(QuantGemvTest, K3ExpertsIQ1S_Int8X) {
 // The fused gate|up product with the activation (QuantGemvGateUpSitu) against the three launches it
 // replaces (QuantGemv on each stack, int8 x, then Situ): bit for bit, every output written and the
 // padding untouched; and against the CPU (the int8 function per row, then the CPU's situ).
+// n_pool random IQ1_S gate and up matrices of rows x cols each, 256-byte aligned in their stacks
+// (matrix m's gate, then its up, drawn from rng).
+struct GateUpPools {
+  size_t row_bytes, mat_stride;
+  std::vector<uint8_t> gate, up;
+};
+GateUpPools RandomGateUpPools(int64_t rows, int64_t cols, int64_t n_pool, std::mt19937_64& rng) {
+  GateUpPools p;
+  p.row_bytes = static_cast<size_t>(cols / 256 * 50);
+  p.mat_stride = (p.row_bytes * rows + 255) / 256 * 256;
+  p.gate.assign(p.mat_stride * n_pool, 0);
+  p.up.assign(p.mat_stride * n_pool, 0);
+  for (int64_t m = 0; m < n_pool; ++m) {
+    const auto g = RandomQuantRows(GgmlType::kIQ1_S, rows, cols, rng);
+    const auto u = RandomQuantRows(GgmlType::kIQ1_S, rows, cols, rng);
+    std::copy(g.begin(), g.end(), p.gate.begin() + m * p.mat_stride);
+    std::copy(u.begin(), u.end(), p.up.begin() + m * p.mat_stride);
+  }
+  return p;
+}
+
 struct GateUpCase {
   int64_t rows, cols, n_tokens, n_mats, n_pool;
   bool shared_x;
@@ -298,15 +319,10 @@ void RunGateUp(const GateUpCase& c, uint64_t seed) {
                                     << " mats " << c.n_mats << "/" << c.n_pool << " shared x " << c.shared_x);
   constexpr float kBeta = 4.0f, kLambda = 25.0f;  // K3's situ_beta, situ_linear_beta
   std::mt19937_64 rng(seed);
-  const size_t row_bytes = static_cast<size_t>(c.cols / 256 * 50);
-  const size_t mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
-  std::vector<uint8_t> gate(mat_stride * c.n_pool), up(mat_stride * c.n_pool);
-  for (int64_t m = 0; m < c.n_pool; ++m) {
-    const auto g = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
-    const auto u = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
-    std::copy(g.begin(), g.end(), gate.begin() + m * mat_stride);
-    std::copy(u.begin(), u.end(), up.begin() + m * mat_stride);
-  }
+  const GateUpPools pools = RandomGateUpPools(c.rows, c.cols, c.n_pool, rng);
+  const size_t row_bytes = pools.row_bytes, mat_stride = pools.mat_stride;
+  const std::vector<uint8_t>& gate = pools.gate;
+  const std::vector<uint8_t>& up = pools.up;
   std::vector<int32_t> ids(c.n_mats);
   for (auto& id : ids) id = static_cast<int32_t>(rng() % c.n_pool);
   const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
@@ -423,15 +439,10 @@ void RunGrouped(const GroupedCase& c, uint64_t seed) {
                                     << " groups " << c.n_groups);
   constexpr float kBeta = 4.0f, kLambda = 25.0f;
   std::mt19937_64 rng(seed);
-  const size_t row_bytes = static_cast<size_t>(c.cols / 256 * 50);
-  const size_t mat_stride = (row_bytes * c.rows + 255) / 256 * 256;
-  std::vector<uint8_t> gate(mat_stride * c.n_pool), up(mat_stride * c.n_pool);
-  for (int64_t m = 0; m < c.n_pool; ++m) {
-    const auto g = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
-    const auto u = RandomQuantRows(GgmlType::kIQ1_S, c.rows, c.cols, rng);
-    std::copy(g.begin(), g.end(), gate.begin() + m * mat_stride);
-    std::copy(u.begin(), u.end(), up.begin() + m * mat_stride);
-  }
+  const GateUpPools pools = RandomGateUpPools(c.rows, c.cols, c.n_pool, rng);
+  const size_t mat_stride = pools.mat_stride;
+  const std::vector<uint8_t>& gate = pools.gate;
+  const std::vector<uint8_t>& up = pools.up;
   // groups (a matrix, 1..max_group positions), cut into passes; a position's x row at random
   std::vector<int32_t> pos_mat, x_rows, pass_mat, pass_row0, pass_n;
   for (int64_t gi = 0; gi < c.n_groups; ++gi) {

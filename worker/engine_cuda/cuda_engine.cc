@@ -67,9 +67,10 @@ struct CudaEngine::Impl : DGlobals {
   int64_t mla_ws_floats = 0;
   float *rlogits, *wts, *wloc, *r, *xe, *ge, *ue, *ye, *reduce, *sg, *su, *dg, *du;
   int32_t *ids, *idloc;
-  // MoE grouped by expert (steps of more than kMmaMaxRows rows): offsets, rows, slots, scratch
+  // MoE grouped by expert (steps of more than kMoePairMaxRows rows, or of 2.. with the grouped GEMV):
+  // offsets, rows, slots, scratch, and the grouped GEMV's passes
   int32_t *group_offsets = nullptr, *group_rows = nullptr, *group_slot = nullptr;
-  int32_t *pass_count = nullptr, *pass_mat = nullptr, *pass_row0 = nullptr, *pass_n = nullptr;  // grouped GEMV passes
+  int32_t *pass_count = nullptr, *pass_mat = nullptr, *pass_row0 = nullptr, *pass_n = nullptr;
   void* group_ws = nullptr;
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;

@@ -242,25 +242,31 @@ namespace {
 
 static_assert(kQuantGemvPassRows == kIq1sRowsPassRows);
 
-// The grouped launch's Args and passes from the public form (a position's x and y rows as the
-// "matrix" strides, max_passes as the matrix count); cudaErrorInvalidValue when it does not apply.
-cudaError_t MakeGroupedArgs(const QuantGemvParams& p, const QuantGemvPasses& g, Args* a, RowPasses* rp, bool* empty) {
-  if (p.mat_ids != nullptr || g.max_passes < 0 || g.n_passes == nullptr || g.mat == nullptr || g.row0 == nullptr ||
-      g.n_rows == nullptr) {
-    return cudaErrorInvalidValue;
-  }
+// The grouped launch's Args from the public form (a position's x and y rows as the "matrix"
+// strides, max_passes as the matrix count); cudaErrorInvalidValue when the shape does not apply.
+// QuantGemvGroupedSupports and both launches decide by this one check.
+cudaError_t MakeGroupedArgs(const QuantGemvParams& p, int64_t max_passes, Args* a, bool* empty) {
+  if (p.mat_ids != nullptr || max_passes < 0) return cudaErrorInvalidValue;
   if (p.mat_stride_bytes % 16 != 0 || p.mat_stride_bytes < p.rows * static_cast<int64_t>(p.row_bytes)) {
     return cudaErrorInvalidValue;
   }
   QuantGemvParams q = p;
   q.n_tokens = 1;
-  q.n_mats = g.max_passes;
+  q.n_mats = max_passes;
   q.x_mat_stride = p.x_stride;
   q.y_mat_stride = p.y_stride;
   K3_CUDA_CHECK(MakeGateUpArgs(q, a, empty));
   a->n_tokens = 1;  // MakeArgs leaves x, y and the token count to the caller
   a->x = p.x;
   a->y = p.y;
+  return cudaSuccess;
+}
+
+// The passes' device arrays, or cudaErrorInvalidValue when one is missing.
+cudaError_t MakeRowPasses(const QuantGemvPasses& g, RowPasses* rp) {
+  if (g.n_passes == nullptr || g.mat == nullptr || g.row0 == nullptr || g.n_rows == nullptr) {
+    return cudaErrorInvalidValue;
+  }
   *rp = RowPasses{g.n_passes, g.mat, g.row0, g.n_rows, g.x_rows};
   return cudaSuccess;
 }
@@ -268,14 +274,19 @@ cudaError_t MakeGroupedArgs(const QuantGemvParams& p, const QuantGemvPasses& g, 
 }  // namespace
 }  // namespace qgemv
 
-bool QuantGemvGroupedSupports(const QuantGemvParams& p) { return QuantGemvGateUpSupports(p); }
+bool QuantGemvGroupedSupports(const QuantGemvParams& p) {
+  qgemv::Args a{};
+  bool empty = false;
+  return qgemv::MakeGroupedArgs(p, 1, &a, &empty) == cudaSuccess;
+}
 
 cudaError_t QuantGemvGrouped(const QuantGemvParams& p, const QuantGemvPasses& g, cudaStream_t stream) {
   using namespace qgemv;
   Args a{};
   RowPasses rp{};
   bool empty = false;
-  K3_CUDA_CHECK(MakeGroupedArgs(p, g, &a, &rp, &empty));
+  K3_CUDA_CHECK(MakeRowPasses(g, &rp));
+  K3_CUDA_CHECK(MakeGroupedArgs(p, g.max_passes, &a, &empty));
   if (empty) return cudaSuccess;
   return LaunchIq1sRowsGrouped(a, rp, stream);
 }
@@ -286,7 +297,8 @@ cudaError_t QuantGemvGateUpSituGrouped(const QuantGemvGateUpParams& p, const Qua
   Args a{};
   RowPasses rp{};
   bool empty = false;
-  K3_CUDA_CHECK(MakeGroupedArgs(p.gate, g, &a, &rp, &empty));
+  K3_CUDA_CHECK(MakeRowPasses(g, &rp));
+  K3_CUDA_CHECK(MakeGroupedArgs(p.gate, g.max_passes, &a, &empty));
   if (p.up_weight == nullptr || p.situ_beta == 0.0f) return cudaErrorInvalidValue;
   if (!Aligned16(p.up_weight)) return cudaErrorMisalignedAddress;
   if (empty) return cudaSuccess;
