@@ -33,6 +33,8 @@
 // (CudaEngineOptions::fused_gate_up off);
 // --grouped-experts: with --int8-experts, steps of 2-64 rows run the expert-grouped GEMV instead of
 // a GEMV per (token, expert) pair (CudaEngineOptions::grouped_expert_gemv on);
+// --moe-gemv-max-rows N: steps of up to N rows run the routed experts as GEMVs (per pair, or grouped
+// with --grouped-experts), larger ones on the grouped tile GEMMs (CudaEngineOptions::moe_gemv_max_rows);
 // --no-residual-epilogue: output products write a delta that AddInto launches add to the residual
 // stream (CudaEngineOptions::residual_epilogue off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
@@ -108,6 +110,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   int64_t blas_min_rows = -1;     // -1: the engine's default
+  int64_t moe_gemv_max_rows = -1;  // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
   int cache_f16 = -1;  // -1: f16 (the engine's default), f32 with --exact-mla-decode (as k3-worker)
   bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
@@ -140,6 +143,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
+    else if (a == "--moe-gemv-max-rows") moe_gemv_max_rows = std::stoll(next());  // CudaEngineOptions
     else if (a == "--blas-min-rows") blas_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
@@ -173,6 +177,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.max_seqs = max_b + (max_prefill > 0 ? 1 : 0);
   opt.prefill_chunk = chunk;
   if (blas_min_rows >= 0) opt.blas_min_rows = blas_min_rows;
+  if (moe_gemv_max_rows >= 0) opt.moe_gemv_max_rows = moe_gemv_max_rows;
   opt.page_size = kPage;
   const bool f16 = cache_f16 < 0 ? tc_mla : cache_f16 == 1;
   opt.cache_f16 = f16;
@@ -239,11 +244,12 @@ int Main(int argc, char** argv, int rank, int ranks) {
   if (lead) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-        "decode MLA %s; expert inputs %s (gate|up %s, %s); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
+        "decode MLA %s; expert inputs %s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
         tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused",
-        grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", fused_residual ? "fused" : "unfused",
+        grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(opt.moe_gemv_max_rows),
+        fused_residual ? "fused" : "unfused",
         static_cast<long long>(opt.l2_prefetch_mb),
         static_cast<long long>(opt.dense_gemv_max_rows), static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed");

@@ -92,9 +92,10 @@ class CudaGoldenTest : public ::testing::Test {
                                    bool fused_residual = false, bool fused_gate_up = true,
                                    int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
                                    bool residual_epilogue = true, int64_t cache_tokens = 4096,
-                                   bool grouped_expert_gemv = false) {
+                                   bool grouped_expert_gemv = false, int64_t moe_gemv_max_rows = 64) {
     CudaEngineOptions opt;
     opt.grouped_expert_gemv = grouped_expert_gemv;
+    opt.moe_gemv_max_rows = moe_gemv_max_rows;
     opt.residual_epilogue = residual_epilogue;
     opt.l2_prefetch_mb = l2_prefetch_mb;
     opt.fused_residual = fused_residual;
@@ -270,6 +271,26 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
             << "batch of " << n_seqs << ", sequence " << q << " graphs " << graphs;
       }
     }
+  }
+}
+
+// moe_gemv_max_rows raised past 64: steps of 80 rows run the routed experts as GEMVs (per pair, or
+// expert-grouped) instead of the grouped tile GEMMs; the grouped GEMV's logits are still the per-pair
+// GEMVs' bit for bit (the step's other products past 32 rows on the tensor-core GEMM, the same in
+// both).
+TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPairPast64Rows) {
+  constexpr int64_t kSeqs = 80;
+  auto grouped = Open(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs, 512, 512, false, true, 0, true,
+                      4096, /*grouped_expert_gemv=*/true, /*moe_gemv_max_rows=*/128);
+  auto pairs = Open(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs, 512, 512, false, true, 0, true,
+                    4096, /*grouped_expert_gemv=*/false, /*moe_gemv_max_rows=*/128);
+  ASSERT_TRUE(grouped && pairs);
+  std::vector<std::vector<float>> a, b;
+  DecodeBatches(*grouped, kSeqs, 4, &a);
+  DecodeBatches(*pairs, kSeqs, 4, &b);
+  for (int64_t q = 0; q < kSeqs; ++q) {
+    ASSERT_EQ(a[q].size(), b[q].size());
+    EXPECT_EQ(0, std::memcmp(a[q].data(), b[q].data(), a[q].size() * sizeof(float))) << "sequence " << q;
   }
 }
 

@@ -67,7 +67,7 @@ struct CudaEngine::Impl : DGlobals {
   int64_t mla_ws_floats = 0;
   float *rlogits, *wts, *wloc, *r, *xe, *ge, *ue, *ye, *reduce, *sg, *su, *dg, *du;
   int32_t *ids, *idloc;
-  // MoE grouped by expert (steps of more than kMoePairMaxRows rows, or of 2.. with the grouped GEMV):
+  // MoE grouped by expert (steps of more than moe_gemv_max_rows rows, or of 2.. with the grouped GEMV):
   // offsets, rows, slots, scratch, and the grouped GEMV's passes
   int32_t *group_offsets = nullptr, *group_rows = nullptr, *group_slot = nullptr;
   int32_t *pass_count = nullptr, *pass_mat = nullptr, *pass_row0 = nullptr, *pass_n = nullptr;
@@ -223,6 +223,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
   if (options.blas_min_rows < 0) return absl::InvalidArgumentError("blas_min_rows must be >= 0");
+  if (options.moe_gemv_max_rows < 1) return absl::InvalidArgumentError("moe_gemv_max_rows must be >= 1");
   if (options.dense_gemv_max_rows < 1 || options.dense_gemv_max_rows > kGemvMaxRows) {
     return absl::InvalidArgumentError(absl::StrCat("dense_gemv_max_rows must be in 1..", kGemvMaxRows));
   }
@@ -665,9 +666,10 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
   // MoE took 40.9 ms per step against 10.7 for the per-pair GEMVs at batch 16).
   const bool grouped = !exact && n > kMmaMaxRows;
-  // The MoE groups (token, expert) pairs by expert only above kMoePairMaxRows rows: up to it the
-  // per-pair GEMVs are faster than grouped tile GEMMs whose groups hold one or two rows.
-  const bool moe_grouped = !exact && n > kMoePairMaxRows;
+  // The MoE groups (token, expert) pairs by expert for the tile GEMMs only above moe_gemv_max_rows
+  // rows (default 64): up to it the GEMVs are faster than grouped tile GEMMs whose
+  // groups hold one or two rows.
+  const bool moe_grouped = !exact && n > options_.moe_gemv_max_rows;
   // Independent branches of a layer run on the side stream when no product of the step takes the
   // tile GEMM (none uses its workspace; Product: steps of up to kMmaMaxRows rows never do).
   const bool side = !grouped && options_.side_streams;

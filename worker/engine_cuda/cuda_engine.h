@@ -100,7 +100,7 @@ struct CudaEngineOptions {
   // the same bits; slice8 MoE layers at 8192 tokens 360.9 -> 356.7 ms). Off: three launches (the
   // A/B switch of the benchmarks).
   bool fused_gate_up = true;
-  // With int8_expert_x, decode steps of 2..kMoePairMaxRows rows group the (token, expert) pairs by
+  // With int8_expert_x, decode steps of 2..moe_gemv_max_rows rows group the (token, expert) pairs by
   // expert (MoeGroupTokens, cut into passes of two positions) and run the routed products on the
   // expert-grouped GEMV (cuda::QuantGemvGrouped: each expert's rows read and decoded once per pass
   // for both positions, each position's values those of its per-pair GEMV; checked bit for bit on
@@ -109,6 +109,12 @@ struct CudaEngineOptions {
   // and the batch 16 / 64 benchmark have run on a GPU (no device was left in session 35); off: one
   // GEMV per (token, expert) pair.
   bool grouped_expert_gemv = false;
+  // Steps of up to this many rows run the routed experts as GEMVs (one per (token, expert) pair, or
+  // expert-grouped with grouped_expert_gemv); larger ones group the pairs by expert for the tile
+  // GEMMs. H200, slice8, batch 64: the grouped GEMMs took 59.5 ms of MoE per step where batch 16's
+  // per-pair GEMVs took 10.7 ms for a quarter of the pairs. Raising it is the A/B switch for the
+  // GEMVs at 128 and 256 rows (k3_cuda_decode_bench --moe-gemv-max-rows).
+  int64_t moe_gemv_max_rows = 64;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
   // the recurrence and the gated norm; a MoE layer's latent up-projection during the expert

@@ -35,12 +35,6 @@ inline constexpr int64_t kMmaMaxRows = 32;
 // took 1.22 ms against cuBLAS's 2.27; at 256 rows the tile GEMM 2.82.
 inline constexpr int64_t kHeadBlasMinRows = 256;
 
-// Steps of up to this many rows run the MoE as one GEMV per (token, expert) pair (the int8 or f32
-// IQ1_S GEMV); larger ones group the pairs by expert for the tile GEMM. H200, slice8, batch 64:
-// grouped 59.5 ms of MoE per step where batch 16's per-pair GEMVs took 10.7 ms for a quarter of the
-// pairs.
-inline constexpr int64_t kMoePairMaxRows = 64;
-
 // Scratch of the tensor-core GEMM (its f16 copy of the activations), and the cuBLAS form's handle
 // and f16 weight rows: plain products of at least blas_min_rows rows take QuantGemmBlas
 // (kernels/cuda/quant_gemm/blas_gemm.h) when blas.handle is set.
