@@ -35,6 +35,8 @@
 // a GEMV per (token, expert) pair (CudaEngineOptions::grouped_expert_gemv on);
 // --moe-gemv-max-rows N: steps of up to N rows run the routed experts as GEMVs (per pair, or grouped
 // with --grouped-experts), larger ones on the grouped tile GEMMs (CudaEngineOptions::moe_gemv_max_rows);
+// --mma-shared-x: decode steps of 9..32 rows on the tensor-core GEMV's second form
+// (CudaEngineOptions::mma_shared_x);
 // --no-residual-epilogue: output products write a delta that AddInto launches add to the residual
 // stream (CudaEngineOptions::residual_epilogue off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
@@ -115,7 +117,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int cache_f16 = -1;  // -1: f16 (the engine's default), f32 with --exact-mla-decode (as k3-worker)
   bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
-  bool grouped_expert_gemv = false;
+  bool grouped_expert_gemv = false, mma_shared_x = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -140,6 +142,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
     else if (a == "--grouped-experts") grouped_expert_gemv = true;  // CudaEngineOptions::grouped_expert_gemv on
+    else if (a == "--mma-shared-x") mma_shared_x = true;  // CudaEngineOptions::mma_shared_x on
     else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
@@ -187,6 +190,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
   opt.grouped_expert_gemv = grouped_expert_gemv;
+  opt.mma_shared_x = mma_shared_x;
   opt.residual_epilogue = residual_epilogue;
   if (l2_prefetch_mb >= 0) opt.l2_prefetch_mb = l2_prefetch_mb;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;
@@ -244,14 +248,15 @@ int Main(int argc, char** argv, int rank, int ranks) {
   if (lead) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-        "decode MLA %s; expert inputs %s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows; prefill chunk of %lld "
+        "decode MLA %s; expert inputs %s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
         tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused",
         grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(opt.moe_gemv_max_rows),
         fused_residual ? "fused" : "unfused",
         static_cast<long long>(opt.l2_prefetch_mb),
-        static_cast<long long>(opt.dense_gemv_max_rows), static_cast<long long>(chunk),
+        static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
+        static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));

@@ -57,22 +57,41 @@ inline bool PdlEnabled() {
   return enabled;
 }
 
-// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute. Returns the launch's
-// error (configuration errors included), as cudaGetLastError would after <<<>>>.
+// LaunchKernel (below) with thread-block clusters of `cluster_x` blocks along x chosen at run time
+// (0: none; gridDim.x must be a multiple of it; kernels with __cluster_dims__ use LaunchKernel).
 template <typename... Params, typename... Args>
-cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
-                         Args&&... args) {
-  cudaLaunchAttribute attr{};
-  attr.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attr.val.programmaticStreamSerializationAllowed = 1;
+cudaError_t LaunchKernelInClusters(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                                   unsigned cluster_x, Args&&... args) {
+  cudaLaunchAttribute attrs[2]{};
+  unsigned n = 0;
+  if (PdlEnabled()) {
+    attrs[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attrs[n].val.programmaticStreamSerializationAllowed = 1;
+    ++n;
+  }
+  if (cluster_x > 0) {
+    attrs[n].id = cudaLaunchAttributeClusterDimension;
+    attrs[n].val.clusterDim.x = cluster_x;
+    attrs[n].val.clusterDim.y = 1;
+    attrs[n].val.clusterDim.z = 1;
+    ++n;
+  }
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;
   cfg.dynamicSmemBytes = smem;
   cfg.stream = stream;
-  cfg.attrs = &attr;
-  cfg.numAttrs = PdlEnabled() ? 1 : 0;
+  cfg.attrs = attrs;
+  cfg.numAttrs = n;
   return cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...);
+}
+
+// kernel<<<grid, block, smem, stream>>>(args...) with the PDL attribute. Returns the launch's
+// error (configuration errors included), as cudaGetLastError would after <<<>>>.
+template <typename... Params, typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                         Args&&... args) {
+  return LaunchKernelInClusters(kernel, grid, block, smem, stream, 0, std::forward<Args>(args)...);
 }
 
 }  // namespace k3::cuda

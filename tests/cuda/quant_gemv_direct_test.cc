@@ -425,9 +425,10 @@ TEST(QuantGemvDirectTest, RouterF32AndHalfTypes) {
 // sum with w = f16(d·q) and f16(x) emulated on the host within 2e-5 · Σ|w x| (f32 accumulation
 // only: a wrong operand mapping fails it by orders of magnitude); y's padding untouched; a token's
 // row equal, bit for bit, whether it came alone or in a pass of 16 (batch invariance), and calls of
-// more than 16 tokens (passes) equal to their 16-token pieces.
-void CheckMma(int64_t rows, int64_t cols, uint64_t seed) {
-  SCOPED_TRACE(::testing::Message() << "mma " << cols << " -> " << rows);
+// more than 16 tokens (passes) equal to their 16-token pieces. shared_x: the second form
+// (QuantGemvDirectParams::mma_shared_x), held to the same.
+void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
+  SCOPED_TRACE(::testing::Message() << "mma " << cols << " -> " << rows << (shared_x ? " shared x" : ""));
   std::mt19937_64 rng(seed);
   DeviceWeights w(GgmlType::kQ8_0, rows, cols);
   MakeWeights(w, rng);
@@ -449,6 +450,7 @@ void CheckMma(int64_t rows, int64_t cols, uint64_t seed) {
     p.y = y.get();
     p.y_stride = y_stride;
     p.n_tokens = m;
+    p.mma_shared_x = shared_x;
     EXPECT_EQ(QuantGemvMma(p, nullptr), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> out = y.Download();
@@ -507,11 +509,14 @@ void CheckMma(int64_t rows, int64_t cols, uint64_t seed) {
 
 TEST(QuantGemvDirectTest, MmaSmallBatches) {
   K3_REQUIRE_GPU();
-  CheckMma(12288, 7168, 61);  // kda q/k/v/g
-  CheckMma(7168, 12288, 62);  // attention output
-  CheckMma(576, 7168, 63);    // kv_a: 18 row blocks, 16 slices
-  CheckMma(100, 128, 64);     // a partial last block of rows, two steps
-  CheckMma(33, 64, 65);       // one step
+  for (bool shared_x : {false, true}) {
+    CheckMma(12288, 7168, 61, shared_x);  // kda q/k/v/g (shared x: 8 splits of 14 steps, one chunk)
+    CheckMma(7168, 12288, 62, shared_x);  // attention output (shared x: 8 splits of 24 steps, 2 chunks)
+    CheckMma(576, 7168, 63, shared_x);    // kv_a: 18 row blocks (16 slices; shared x: 2 dead warps)
+    CheckMma(100, 128, 64, shared_x);     // a partial last block of rows, two steps (shared x: 2 splits)
+    CheckMma(33, 64, 65, shared_x);       // one step (shared x: one split, no cluster)
+    CheckMma(20480, 7168, 66, shared_x);  // 640 row blocks (7 slices; shared x: 8 splits)
+  }
   // refused: cols not a multiple of 64, other types
   EXPECT_FALSE(QuantGemvMmaSupports(GgmlType::kQ8_0, 96));
   EXPECT_FALSE(QuantGemvMmaSupports(GgmlType::kF32, 128));
@@ -522,8 +527,8 @@ TEST(QuantGemvDirectTest, MmaSmallBatches) {
 // by the same f32 adds on the host, bit for bit, on every path of the kernel (one slice: the warp
 // writes; several: the block's fold; R = 1), over one pass and two (11 tokens); padding untouched.
 // mma: the tensor-core GEMV instead (one pass and two: 11 and 20 tokens).
-void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false) {
-  SCOPED_TRACE(::testing::Message() << cols << " -> " << rows);
+void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false, bool shared_x = false) {
+  SCOPED_TRACE(::testing::Message() << cols << " -> " << rows << (shared_x ? " shared x" : ""));
   std::mt19937_64 rng(seed);
   DeviceWeights w(GgmlType::kQ8_0, rows, cols);
   MakeWeights(w, rng);
@@ -541,6 +546,7 @@ void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false) 
     base.x_stride = x_stride;
     base.y_stride = y_stride;
     base.n_tokens = m;
+    base.mma_shared_x = shared_x;
     std::vector<float> plain;
     {
       DeviceBuffer<float> y(static_cast<size_t>(m * y_stride));
@@ -591,6 +597,9 @@ TEST(QuantGemvDirectTest, EpilogueIsTheSeparateAdds) {
   CheckEpilogue(33, 64, 74);    // a partial row group
   CheckEpilogue(7168, 3584, 75, /*mma=*/true);  // the tensor-core GEMV: several slices
   CheckEpilogue(100, 128, 76, /*mma=*/true);    // a partial block of rows
+  CheckEpilogue(7168, 3584, 77, /*mma=*/true, /*shared_x=*/true);  // a cluster of 8 splits
+  CheckEpilogue(100, 128, 78, /*mma=*/true, /*shared_x=*/true);    // a partial block of rows, 2 splits
+  CheckEpilogue(20480, 64, 79, /*mma=*/true, /*shared_x=*/true);   // one split: no cluster
 }
 
 TEST(QuantGemvDirectTest, GraphReplayMatchesDirectCall) {

@@ -92,10 +92,12 @@ class CudaGoldenTest : public ::testing::Test {
                                    bool fused_residual = false, bool fused_gate_up = true,
                                    int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
                                    bool residual_epilogue = true, int64_t cache_tokens = 4096,
-                                   bool grouped_expert_gemv = false, int64_t moe_gemv_max_rows = 64) {
+                                   bool grouped_expert_gemv = false, int64_t moe_gemv_max_rows = 64,
+                                   bool mma_shared_x = false) {
     CudaEngineOptions opt;
     opt.grouped_expert_gemv = grouped_expert_gemv;
     opt.moe_gemv_max_rows = moe_gemv_max_rows;
+    opt.mma_shared_x = mma_shared_x;
     opt.residual_epilogue = residual_epilogue;
     opt.l2_prefetch_mb = l2_prefetch_mb;
     opt.fused_residual = fused_residual;
@@ -116,6 +118,47 @@ class CudaGoldenTest : public ::testing::Test {
     auto e = CudaEngine::Open(kGolden + "k3-golden-a.gguf", opt);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
+  }
+  // `copies` copies of the four prompts (ids id0..) decoded side by side, one token per sequence and
+  // step until each prompt ends: the first three copies held to llama.cpp's closeness to ref-a, every
+  // copy bit-identical to copy 0.
+  void DecodeCopiesAtLeastAsCloseAsLlamaCpp(CudaEngine& e, int copies, SeqId id0) {
+    const int64_t n_seqs = copies * static_cast<int64_t>(prompts_.size());
+    const int64_t V = e.config().vocab;
+    std::vector<std::vector<float>> out(n_seqs);
+    size_t longest = 0;
+    for (int64_t i = 0; i < n_seqs; ++i) {
+      ASSERT_TRUE(e.Add(id0 + i).ok());
+      longest = std::max(longest, prompts_[i % prompts_.size()].size());
+    }
+    for (size_t t = 0; t < longest; ++t) {
+      std::vector<SeqInput> batch;
+      std::vector<int64_t> which;
+      for (int64_t i = 0; i < n_seqs; ++i) {
+        const auto& pr = prompts_[i % prompts_.size()];
+        if (t < pr.size()) {
+          batch.push_back({static_cast<SeqId>(id0 + i), std::span<const int32_t>(&pr[t], 1), true});
+          which.push_back(i);
+        }
+      }
+      auto r = e.Forward(batch);
+      ASSERT_TRUE(r.ok()) << r.status();
+      for (size_t j = 0; j < which.size(); ++j) out[which[j]].insert(out[which[j]].end(), r->row(j), r->row(j) + V);
+    }
+    for (int c = 0; c < copies; ++c) {
+      std::vector<float> got_all;
+      for (size_t p = 0; p < prompts_.size(); ++p) {
+        const auto& o = out[c * prompts_.size() + p];
+        got_all.insert(got_all.end(), o.begin(), o.end());
+        if (c > 0) {
+          EXPECT_EQ(k3::testing::RelL2(out[p], o), 0.0) << "copy " << c << " of prompt " << p << " of " << n_seqs;
+        }
+      }
+      if (c < 3) {  // three copies' bars (the rest are bit-identical to copy 0)
+        ExpectAtLeastAsCloseAsLlamaCpp(got_all, V, "decode batches of up to " + std::to_string(n_seqs) + ", copy " +
+                                                       std::to_string(c));
+      }
+    }
   }
   // n_seqs sequences (ids 1200.., prompt q % 4 each, starting q tokens in) decoded a token per
   // step together for `steps` steps: each sequence's logits, step after step, in (*got)[q].
@@ -437,42 +480,21 @@ TEST_F(CudaGoldenTest, LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
                   /*blas_min_rows=*/copies > 3 ? 33 : 512, 512, false, true, 0, true,
                   /*cache_tokens=*/copies * 512);
     ASSERT_NE(e, nullptr);
-    const int64_t V = e->config().vocab;
-    std::vector<std::vector<float>> out(n_seqs);
-    size_t longest = 0;
-    for (int64_t i = 0; i < n_seqs; ++i) {
-      ASSERT_TRUE(e->Add(800 + i).ok());
-      longest = std::max(longest, prompts_[i % prompts_.size()].size());
-    }
-    for (size_t t = 0; t < longest; ++t) {
-      std::vector<SeqInput> batch;
-      std::vector<int64_t> which;
-      for (int64_t i = 0; i < n_seqs; ++i) {
-        const auto& pr = prompts_[i % prompts_.size()];
-        if (t < pr.size()) {
-          batch.push_back({static_cast<SeqId>(800 + i), std::span<const int32_t>(&pr[t], 1), true});
-          which.push_back(i);
-        }
-      }
-      auto r = e->Forward(batch);
-      ASSERT_TRUE(r.ok()) << r.status();
-      for (size_t j = 0; j < which.size(); ++j) out[which[j]].insert(out[which[j]].end(), r->row(j), r->row(j) + V);
-    }
-    for (int c = 0; c < copies; ++c) {
-      std::vector<float> got_all;
-      for (size_t p = 0; p < prompts_.size(); ++p) {
-        const auto& o = out[c * prompts_.size() + p];
-        got_all.insert(got_all.end(), o.begin(), o.end());
-        if (c > 0) {
-          EXPECT_EQ(k3::testing::RelL2(out[p], o), 0.0) << "copy " << c << " of prompt " << p << " of " << n_seqs;
-        }
-      }
-      if (c < 3) {  // three copies' bars (the rest are bit-identical to copy 0)
-        ExpectAtLeastAsCloseAsLlamaCpp(got_all, V, "decode batches of up to " + std::to_string(n_seqs) + ", copy " +
-                                                       std::to_string(c));
-      }
-    }
+    DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, copies, 800);
   }
+}
+
+// mma_shared_x: decode steps of 9..32 rows on the tensor-core GEMV's second form (x staged once per
+// block in shared memory, the columns split over a thread-block cluster): the first form's
+// products, the sums in another order; held to the same bars (12 sequences: every step of the
+// longer prompts' first 9+ rows on it, copies bit-identical).
+TEST_F(CudaGoldenTest, MmaSharedXAtLeastAsCloseAsLlamaCpp) {
+  constexpr int kCopies = 3;
+  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false,
+                kCopies * static_cast<int64_t>(prompts_.size()), 512, 512, false, true, 0, true,
+                /*cache_tokens=*/kCopies * 512, false, 64, /*mma_shared_x=*/true);
+  ASSERT_NE(e, nullptr);
+  DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, kCopies, 900);
 }
 
 // tc_mla_decode: decode steps on the tensor-core MLA attention (f16 q, cache rows and softmax

@@ -654,13 +654,14 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // Every non-expert product of the step goes through here; st: the side stream, or nullptr for s.
   auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows,
                   cudaStream_t st = nullptr) {
-    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows);
+    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows, options_.mma_shared_x);
   };
   // The LM head: cuBLAS from kHeadBlasMinRows rows only (its f16 decode pass is ~1 ms).
   GemmScratch head_ws = gws;
   if (head_ws.blas_min_rows > 0) head_ws.blas_min_rows = std::max(head_ws.blas_min_rows, kHeadBlasMinRows);
   auto HeadProd = [&](const float* x, int64_t rows) {
-    return Product(m.output, x, H, m.logits, shard_.vocab_width, rows, exact, head_ws, s, gemv_rows);
+    return Product(m.output, x, H, m.logits, shard_.vocab_width, rows, exact, head_ws, s, gemv_rows,
+                   options_.mma_shared_x);
   };
   // MoE by expert groups and per-head MLA products on the tile GEMM above kMmaMaxRows rows; up to
   // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
@@ -762,7 +763,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const bool epilogue_ok = options_.residual_epilogue && comm_ == nullptr && !fuse_residual;
   auto into_residual = [&](const DMat& w) { return epilogue_ok && TakesEpilogueProduct(w, n, exact, gemv_rows); };
   auto residual_product = [&](const DMat& w, const float* in, int64_t in_stride, const float* add, bool accumulate) {
-    return ResidualProduct(w, in, in_stride, m.x, H, n, add, accumulate, exact, gemv_rows, s);
+    return ResidualProduct(w, in, in_stride, m.x, H, n, add, accumulate, exact, gemv_rows, s, options_.mma_shared_x);
   };
   auto add_mix_norm = [&](const float* score_w, const float* norm_w, const float* d0, const float* d1, bool restart,
                           float* bank_out, float* y) -> cudaError_t {

@@ -115,6 +115,12 @@ struct CudaEngineOptions {
   // per-pair GEMVs took 10.7 ms for a quarter of the pairs. Raising it is the A/B switch for the
   // GEMVs at 128 and 256 rows (k3_cuda_decode_bench --moe-gemv-max-rows).
   int64_t moe_gemv_max_rows = 64;
+  // Decode steps' tensor-core GEMV (9..32 rows) in its second form (cuda::QuantGemvMma with
+  // QuantGemvDirectParams::mma_shared_x: x staged once per 4 warps in shared memory, the columns
+  // split over a thread-block cluster; the first form re-reads x from L2 per 32 rows, which at 16
+  // tokens outweighs the weights). The same products, the sums in another order. Off until measured
+  // (written in session 36, when no GPU could be started); k3_cuda_decode_bench --mma-shared-x.
+  bool mma_shared_x = false;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
   // the recurrence and the gated norm; a MoE layer's latent up-projection during the expert

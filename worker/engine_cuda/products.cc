@@ -154,20 +154,23 @@ bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gem
 
 cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                             const float* add, bool accumulate, bool exact_only, int64_t gemv_max_rows,
-                            cudaStream_t s) {
+                            cudaStream_t s, bool mma_shared_x) {
   cuda::QuantGemvDirectParams p = DirectParams(w, x, x_stride, y, y_stride, n);
   p.add = add;
   p.add_stride = add != nullptr ? y_stride : 0;
   p.accumulate = accumulate;
+  p.mma_shared_x = mma_shared_x;
   if (TakesMma(w, n, exact_only, gemv_max_rows)) return cuda::QuantGemvMma(p, s);
   if (w.direct != nullptr && TakesGemv(w, n, exact_only)) return cuda::QuantGemvDirect(p, s);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows) {
+                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows, bool mma_shared_x) {
   if (TakesMma(w, n, exact_only, gemv_max_rows)) {
-    return cuda::QuantGemvMma(DirectParams(w, x, x_stride, y, y_stride, n), s);
+    cuda::QuantGemvDirectParams p = DirectParams(w, x, x_stride, y, y_stride, n);
+    p.mma_shared_x = mma_shared_x;
+    return cuda::QuantGemvMma(p, s);
   }
   if (TakesGemv(w, n, exact_only)) return Gemv(w, x, x_stride, y, y_stride, n, s);
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);

@@ -80,8 +80,10 @@ cudaError_t GemvStackGateUpGrouped(const DStack& gate, const DStack& up, const c
 // from ws.blas_min_rows rows (exact_only: always the f32 GEMV). So steps of up to kMmaMaxRows rows
 // never use the GEMM workspace. A matrix with only its direct form (data null: a stack) never takes
 // the tile GEMM.
+// mma_shared_x: the tensor-core GEMV's second form (QuantGemvDirectParams::mma_shared_x).
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows);
+                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows,
+                    bool mma_shared_x = false);
 
 // Whether Product(w, n rows, exact_only, gemv_max_rows) runs a kernel with the epilogue: the
 // direct-load GEMV (QuantGemvDirect) or the tensor-core GEMV (QuantGemvMma).
@@ -93,7 +95,7 @@ bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gem
 // false.
 cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                             const float* add, bool accumulate, bool exact_only, int64_t gemv_max_rows,
-                            cudaStream_t s);
+                            cudaStream_t s, bool mma_shared_x = false);
 
 // y = W x kept exact (up to summation order) at any n: the f32 GEMV, or for F32 weights and runs of
 // at least ws.blas_min_rows rows cuBLAS's f32 GEMM (the MoE router: rounding could change routing).

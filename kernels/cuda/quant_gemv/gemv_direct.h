@@ -81,6 +81,10 @@ struct QuantGemvDirectParams {
   const float* add = nullptr;  // [n_tokens][add_stride] device, or nullptr; must not overlap y
   int64_t add_stride = 0;      // floats between token rows of add, >= rows when add is set
   bool accumulate = false;     // y += (sum + add) instead of y = sum + add
+  // QuantGemvMma only: its second form (gemv_direct_mma.cu, MmaSharedXKernel: x staged once per 4
+  // warps in shared memory, the columns split over a thread-block cluster). The same products, the
+  // sums in another order. Off by default until measured on a GPU.
+  bool mma_shared_x = false;
 };
 
 // True for kQ8_0 (repacked), kF32, kF16, kBF16.

@@ -1,28 +1,44 @@
 // The small-batch product on tensor cores (QuantGemvMma, gemv_direct.h): the repacked Q8_0 weights
 // streamed from HBM straight into registers as in the direct GEMV, turned into f16 mma.sync
-// fragments there (no shared-memory staging), one pass of up to 16 tokens reading each weight once.
+// fragments there (no shared-memory staging of weights), one pass of up to 16 tokens reading each
+// weight once.
 //
 // Why: the f32 direct GEMV costs one FMA per weight and token, so from ~8 tokens on it is bound by
 // FMAs (two passes of 8 for 16 tokens: ~3x the HBM floor), and the tile GEMM (quant_gemm), built for
 // prefill, stages 128 x 128 tiles through shared memory: at 2..16 tokens on the KDA projections it
 // ran at ~200 GB/s (H200, 6 layers' q|k|v|g and output: 11 ms against 1.3 for the GEMV at 2 tokens).
 //
-// Work split. A block owns 32 consecutive rows (four groups of 8: the mma's n) and all columns;
-// its S warps ("slices") take contiguous ranges of 64-column steps. Per step, lane (g, t) (g = lane
-// / 4, t = lane % 4) loads 16 bytes of each of its four rows r0 + 8i + g, columns [64s + 16t,
-// 64s + 16t + 16) (one LDG.128 each: the 4 lanes of a row read 64 contiguous bytes, a warp 32 rows
-// x 64 bytes), and their f16 scales (one per 32 columns). The step is four mma m16n8k16 per row
-// group; the reduction index k of an mma is permuted so that every lane's operands are contiguous
-// columns: in mma j (0..3), lane t's k = 2t, 2t+1 are columns 64s + 16t + 4j + {0, 1} and k = 2t + 8,
-// 2t + 9 are + {2, 3}, for the weights (B, n = row) and for x (A, m = token) alike, so the sum over
-// k is over the right pairs. Next step's loads are issued before this step's mma (two register
-// stages). At the end each warp's 16 x 32 partial sums go to shared memory and the block adds the
-// slices in slice order.
+// A warp owns 32 consecutive rows (four groups of 8: the mma's n) over a contiguous range of the
+// 64-column steps. Per step, lane (g, t) (g = lane / 4, t = lane % 4) loads 16 bytes of each of its
+// four rows r0 + 8i + g, columns [64s + 16t, 64s + 16t + 16) (one LDG.128 each: the 4 lanes of a row
+// read 64 contiguous bytes, a warp 32 rows x 64 bytes), and their f16 scales (one per 32 columns).
+// The step is four mma m16n8k16 per row group; the reduction index k of an mma is permuted so that
+// every lane's operands are contiguous columns: in mma j (0..3), lane t's k = 2t, 2t+1 are columns
+// 64s + 16t + 4j + {0, 1} and k = 2t + 8, 2t + 9 are + {2, 3}, for the weights (B, n = row) and for
+// x (A, m = token) alike, so the sum over k is over the right pairs. Next step's loads are issued
+// before this step's mma (two register stages). Two forms:
+//
+// MmaKernel (the default): a block owns 32 rows; its S warps ("slices") take contiguous step ranges
+// and read their x from global memory (f32, rounded in registers); at the end the block adds the
+// slices' partials in slice order through shared memory. At 16 tokens a step's x is 4 KB against
+// 2 KB of weights and every block re-reads all of x: through L2 that outweighs the weights (H200,
+// slice8, batch 16: the KDA q|k|v|g product 194 us against an HBM floor of 85, the LM head 566
+// against 284; ~5.5 TB/s of L2 traffic).
+//
+// MmaSharedXKernel (QuantGemvDirectParams::mma_shared_x): a block is W = 4 warps of 32 rows over one
+// of S step ranges ("splits"), the S blocks of a row range a thread-block cluster. 16 steps at a
+// time the block rounds its split's x to f16 in A-fragment order into shared memory (2 KB a step:
+// [quad][lane][4 words], one conflict-free LDS.128 per quad and lane) and its W warps all read it
+// there: x read once per 128 rows instead of per 32, rounded once. At the end the cluster's blocks
+// add the S splits' partials in split order (distributed shared memory), each block a share of the
+// outputs.
 //
 // Numerics: w = f16(d·q) (q exact in f16, one rounding of the product, like the tile GEMM's f16
-// weights), x rounded to f16, products and sums in f32 inside the mma, slices added in order. Not
-// the f32 GEMV's result (relative ~1e-3 per product, the tile GEMM's class); deterministic and
-// batch-invariant: a token's sums do not depend on the other tokens of its pass.
+// weights), x rounded to f16, products and sums in f32 inside the mma, slices (splits) added in
+// order. Not the f32 GEMV's result (relative ~1e-3 per product, the tile GEMM's class); the two
+// forms differ in summation order only. Deterministic and batch-invariant: the cut depends on the
+// shape only, and a token's sums do not depend on the other tokens of its pass.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -36,10 +52,16 @@ namespace k3::cuda {
 namespace direct_mma {
 namespace {
 
-constexpr int kRowsPerBlock = 32;  // 4 groups of the mma's n = 8
+namespace cg = cooperative_groups;
+
+constexpr int kRowsPerWarp = 32;  // 4 groups of the mma's n = 8
 constexpr int kGroups = 4;
-constexpr int kSpan = 64;          // columns per step: 4 lanes x 16 int8 per row
-constexpr int kMaxSlices = 16;
+constexpr int kSpan = 64;         // columns per step: 4 lanes x 16 int8 per row
+constexpr int kMaxSlices = 16;    // MmaKernel: warps per block
+constexpr int kSharedWarps = 4;   // MmaSharedXKernel: warps (row blocks of 32) per block, x read once for all
+constexpr int kMaxSplits = 8;     // MmaSharedXKernel: blocks per cluster (the portable cluster size)
+constexpr int kChunkSteps = 16;   // MmaSharedXKernel: steps of x staged at a time, 16 x 2 KB
+constexpr int kStepWords = 4 * 32 * 4;  // one step's x fragments: [quad 4][lane 32][4 words]
 constexpr int64_t kTargetWarps = 4096;  // as the direct GEMV's plan: ~31 per SM of an H200
 
 struct Args {
@@ -48,7 +70,10 @@ struct Args {
   int64_t rows;
   int32_t cols;            // multiple of 64
   int32_t steps;           // cols / 64
-  int32_t slices;          // warps per block
+  int32_t slices;          // MmaKernel: warps per block, each a step range
+  int32_t warps;           // MmaSharedXKernel: W, row blocks of 32 per block
+  int32_t splits;          // MmaSharedXKernel: S, step ranges = blocks per cluster (1: no cluster)
+  int32_t chunk;           // MmaSharedXKernel: steps of x staged at a time (<= kChunkSteps)
   const float* x;          // this pass's token 0, [n_tokens][x_stride]
   int64_t x_stride;
   int32_t n_tokens;        // 1..16
@@ -91,32 +116,24 @@ __device__ __forceinline__ void Mma(float (&c)[4], uint32_t a0, uint32_t a1, uin
       : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-__global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
-  PdlEnter();
-  extern __shared__ float part[];  // [slices][16 tokens][32 rows]
-  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int g = lane >> 2, t = lane & 3;
-  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock;
-  const int s_lo = static_cast<int>(static_cast<int64_t>(a.steps) * warp / a.slices);
-  const int s_hi = static_cast<int>(static_cast<int64_t>(a.steps) * (warp + 1) / a.slices);
-  const int64_t spr = a.cols / 32;  // scales per row
-
+// A warp's four row groups r0 + 8i + g (lane (g, t)): where their 16-byte pieces and scales are, and
+// whether they exist (rows past the end load zeros).
+struct WarpRows {
   const int8_t* wp[kGroups];
   const __half* sp[kGroups];
   bool live[kGroups];
+  __device__ __forceinline__ WarpRows(const Args& a, int64_t r0, int g, int t) {
+    const int64_t spr = a.cols / 32;  // scales per row
 #pragma unroll
-  for (int i = 0; i < kGroups; ++i) {
-    const int64_t r = r0 + 8 * i + g;
-    live[i] = r < a.rows;
-    const int64_t rr = live[i] ? r : 0;
-    wp[i] = a.q + rr * a.cols + 16 * t;
-    sp[i] = a.scales + rr * spr + (t >> 1);
+    for (int i = 0; i < kGroups; ++i) {
+      const int64_t r = r0 + 8 * i + g;
+      live[i] = r < a.rows;
+      const int64_t rr = live[i] ? r : 0;
+      wp[i] = a.q + rr * a.cols + 16 * t;
+      sp[i] = a.scales + rr * spr + (t >> 1);
+    }
   }
-  const bool x0_live = g < a.n_tokens, x1_live = g + 8 < a.n_tokens;
-  const float* x0 = a.x + static_cast<int64_t>(x0_live ? g : 0) * a.x_stride + 16 * t;
-  const float* x1 = a.x + static_cast<int64_t>(x1_live ? g + 8 : 0) * a.x_stride + 16 * t;
-
-  auto load = [&](Stage& st, int s) {
+  __device__ __forceinline__ void Load(Stage& st, int s) const {
 #pragma unroll
     for (int i = 0; i < kGroups; ++i) {
       if (live[i]) {
@@ -127,15 +144,62 @@ __global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
         st.d[i] = 0;
       }
     }
-  };
+  }
+};
 
-  float acc[kGroups][4];
+// One step: the weights of `cur` against x's A fragments (tokens g and g + 8, the lane's 16 columns).
+__device__ __forceinline__ void MmaStep(float (&acc)[kGroups][4], const Stage& cur, const uint32_t (&a0)[4],
+                                        const uint32_t (&a1)[4], const uint32_t (&a2)[4], const uint32_t (&a3)[4]) {
 #pragma unroll
-  for (int i = 0; i < kGroups; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+  for (int i = 0; i < kGroups; ++i) {
+    const __half2 d2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(cur.d[i])));
+    const uint32_t words[4] = {cur.q[i].x, cur.q[i].y, cur.q[i].z, cur.q[i].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      uint32_t b0, b1;
+      ScaledPairs(words[j], d2, b0, b1);
+      Mma(acc[i], a0[j], a1[j], a2[j], a3[j], b0, b1);
+    }
+  }
+}
+
+// acc[i] = (token g, rows 8i + 2t, 8i + 2t + 1), (token g + 8, the same rows) into mine[token][row].
+__device__ __forceinline__ void StorePartials(const float (&acc)[kGroups][4], float* mine, int g, int t) {
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) {
+    const int rl = 8 * i + 2 * t;
+    mine[g * kRowsPerWarp + rl] = acc[i][0];
+    mine[g * kRowsPerWarp + rl + 1] = acc[i][1];
+    mine[(g + 8) * kRowsPerWarp + rl] = acc[i][2];
+    mine[(g + 8) * kRowsPerWarp + rl + 1] = acc[i][3];
+  }
+}
+
+// The epilogue of one output: y = v (+ add), or y += that.
+__device__ __forceinline__ void WriteOutput(const Args& a, int tok, int64_t row, float v) {
+  if (a.add != nullptr) v = __fadd_rn(v, a.add[tok * a.add_stride + row]);
+  float* const y = a.y + tok * a.y_stride + row;
+  *y = a.accumulate ? __fadd_rn(*y, v) : v;
+}
+
+__global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
+  PdlEnter();
+  extern __shared__ float part[];  // [slices][16 tokens][32 rows]
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.x) * kRowsPerWarp;
+  const int s_lo = static_cast<int>(static_cast<int64_t>(a.steps) * warp / a.slices);
+  const int s_hi = static_cast<int>(static_cast<int64_t>(a.steps) * (warp + 1) / a.slices);
+  const WarpRows rows(a, r0, g, t);
+  const bool x0_live = g < a.n_tokens, x1_live = g + 8 < a.n_tokens;
+  const float* x0 = a.x + static_cast<int64_t>(x0_live ? g : 0) * a.x_stride + 16 * t;
+  const float* x1 = a.x + static_cast<int64_t>(x1_live ? g + 8 : 0) * a.x_stride + 16 * t;
+
+  float acc[kGroups][4] = {};
   Stage cur, nxt;
-  if (s_lo < s_hi) load(cur, s_lo);
+  if (s_lo < s_hi) rows.Load(cur, s_lo);
   for (int s = s_lo; s < s_hi; ++s) {
-    if (s + 1 < s_hi) load(nxt, s + 1);
+    if (s + 1 < s_hi) rows.Load(nxt, s + 1);
     // x of tokens g and g + 8, this lane's 16 columns, as the A fragments of the 4 mma
     uint32_t a0[4], a1[4], a2[4], a3[4];
 #pragma unroll
@@ -147,38 +211,110 @@ __global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
       a1[j] = PackHalf2(v.x, v.y);
       a3[j] = PackHalf2(v.z, v.w);
     }
-#pragma unroll
-    for (int i = 0; i < kGroups; ++i) {
-      const __half2 d2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(cur.d[i])));
-      const uint32_t words[4] = {cur.q[i].x, cur.q[i].y, cur.q[i].z, cur.q[i].w};
-#pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        uint32_t b0, b1;
-        ScaledPairs(words[j], d2, b0, b1);
-        Mma(acc[i], a0[j], a1[j], a2[j], a3[j], b0, b1);
-      }
-    }
+    MmaStep(acc, cur, a0, a1, a2, a3);
     cur = nxt;
   }
-  // acc[i]: (token g, rows 8i + 2t, 8i + 2t + 1), (token g + 8, the same rows)
-  float* mine = part + warp * (16 * kRowsPerBlock);
-#pragma unroll
-  for (int i = 0; i < kGroups; ++i) {
-    const int rl = 8 * i + 2 * t;
-    mine[g * kRowsPerBlock + rl] = acc[i][0];
-    mine[g * kRowsPerBlock + rl + 1] = acc[i][1];
-    mine[(g + 8) * kRowsPerBlock + rl] = acc[i][2];
-    mine[(g + 8) * kRowsPerBlock + rl + 1] = acc[i][3];
-  }
+  StorePartials(acc, part + warp * (16 * kRowsPerWarp), g, t);
   __syncthreads();
-  for (int e = threadIdx.x; e < a.n_tokens * kRowsPerBlock; e += blockDim.x) {
-    const int tok = e / kRowsPerBlock, rl = e - tok * kRowsPerBlock;
+  for (int e = threadIdx.x; e < a.n_tokens * kRowsPerWarp; e += blockDim.x) {
+    const int tok = e / kRowsPerWarp, rl = e - tok * kRowsPerWarp;
     if (r0 + rl >= a.rows) continue;
     float v = part[e];
-    for (int w = 1; w < a.slices; ++w) v += part[w * (16 * kRowsPerBlock) + e];
-    if (a.add != nullptr) v = __fadd_rn(v, a.add[tok * a.add_stride + r0 + rl]);
-    float* const y = a.y + tok * a.y_stride + r0 + rl;
-    *y = a.accumulate ? __fadd_rn(*y, v) : v;
+    for (int w = 1; w < a.slices; ++w) v += part[w * (16 * kRowsPerWarp) + e];
+    WriteOutput(a, tok, r0 + rl, v);
+  }
+}
+
+// x of steps [s0, s0 + n) into xs as f16 A fragments: item (step, half h, lane (g, t)) reads token
+// g + 8h's 16 columns 64·step + 16t .. + 15 (zeros past n_tokens) and writes quad h (the (0, 1) pairs
+// of its four float4: a0 / a1 of mma j = 0..3) and quad 2 + h (the (2, 3) pairs: a2 / a3), the
+// values MmaKernel forms in registers. Two items per thread at a time, their eight loads together.
+__device__ __forceinline__ void StageX(const Args& a, uint32_t* xs, int s0, int n) {
+  constexpr int kItems = 2;
+  for (int base = threadIdx.x; base < n * 64; base += kItems * blockDim.x) {
+    float4 u[kItems][4];
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1, sl = item >> 6;
+      const int tok = (lane >> 2) + 8 * h;
+      if (item < n * 64 && tok < a.n_tokens) {
+        const float4* src = reinterpret_cast<const float4*>(a.x + tok * a.x_stride +
+                                                            static_cast<int64_t>(s0 + sl) * kSpan + 16 * (lane & 3));
+#pragma unroll
+        for (int j = 0; j < 4; ++j) u[k][j] = __ldg(src + j);
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; ++j) u[k][j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kItems; ++k) {
+      const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1, sl = item >> 6;
+      if (item >= n * 64) break;
+      const float4* v = u[k];
+      uint4* const step = reinterpret_cast<uint4*>(xs + sl * kStepWords);
+      step[h * 32 + lane] = make_uint4(PackHalf2(v[0].x, v[0].y), PackHalf2(v[1].x, v[1].y),
+                                       PackHalf2(v[2].x, v[2].y), PackHalf2(v[3].x, v[3].y));
+      step[(2 + h) * 32 + lane] = make_uint4(PackHalf2(v[0].z, v[0].w), PackHalf2(v[1].z, v[1].w),
+                                             PackHalf2(v[2].z, v[2].w), PackHalf2(v[3].z, v[3].w));
+    }
+  }
+}
+
+__global__ void __launch_bounds__(32 * kSharedWarps, 4) MmaSharedXKernel(const Args a) {
+  PdlEnter();
+  extern __shared__ __align__(16) uint32_t smem[];  // x fragments [chunk][kStepWords]; then partials
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int split = static_cast<int>(blockIdx.x % a.splits);
+  const int64_t rblock = blockIdx.x / a.splits;
+  const int s_lo = static_cast<int>(static_cast<int64_t>(a.steps) * split / a.splits);
+  const int s_hi = static_cast<int>(static_cast<int64_t>(a.steps) * (split + 1) / a.splits);
+  const WarpRows rows(a, (rblock * a.warps + warp) * kRowsPerWarp, g, t);
+
+  float acc[kGroups][4] = {};
+  Stage cur, nxt;
+  rows.Load(cur, s_lo);  // the weight stream first, then x (every split has a step: splits <= steps)
+  for (int c0 = s_lo; c0 < s_hi; c0 += a.chunk) {
+    const int n = min(a.chunk, s_hi - c0);
+    if (c0 != s_lo) __syncthreads();  // every warp is done with the previous chunk's x
+    StageX(a, smem, c0, n);
+    __syncthreads();
+    for (int sl = 0; sl < n; ++sl) {
+      if (c0 + sl + 1 < s_hi) rows.Load(nxt, c0 + sl + 1);
+      const uint4* const xf = reinterpret_cast<const uint4*>(smem + sl * kStepWords) + lane;
+      const uint4 f0 = xf[0], f1 = xf[32], f2 = xf[64], f3 = xf[96];
+      const uint32_t a0[4] = {f0.x, f0.y, f0.z, f0.w}, a1[4] = {f1.x, f1.y, f1.z, f1.w};
+      const uint32_t a2[4] = {f2.x, f2.y, f2.z, f2.w}, a3[4] = {f3.x, f3.y, f3.z, f3.w};
+      MmaStep(acc, cur, a0, a1, a2, a3);
+      cur = nxt;
+    }
+  }
+  __syncthreads();  // every warp is done with x: the buffer takes the partials
+  float* const part = reinterpret_cast<float*>(smem);  // [warp][16 tokens][32 rows]
+  StorePartials(acc, part + warp * (16 * kRowsPerWarp), g, t);
+  // The block's outputs (token, row of its 32·W), this block's share of them: the S splits'
+  // partials added in split order, then the epilogue.
+  auto finish = [&](auto partial_of_split) {
+    const int block_rows = kRowsPerWarp * a.warps;
+    for (int e = split * blockDim.x + threadIdx.x; e < a.n_tokens * block_rows; e += a.splits * blockDim.x) {
+      const int tok = e / block_rows, rl = e - tok * block_rows;
+      const int64_t row = rblock * block_rows + rl;
+      if (row >= a.rows) continue;
+      const int idx = (rl / kRowsPerWarp) * (16 * kRowsPerWarp) + tok * kRowsPerWarp + rl % kRowsPerWarp;
+      float v = partial_of_split(0)[idx];
+      for (int k = 1; k < a.splits; ++k) v += partial_of_split(k)[idx];
+      WriteOutput(a, tok, row, v);
+    }
+  };
+  if (a.splits == 1) {
+    __syncthreads();
+    finish([&](int) { return part; });
+  } else {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block's partials are written
+    finish([&](int k) { return cluster.map_shared_rank(part, k); });
+    cluster.sync();  // no block leaves while another may still read its partials
   }
 }
 
@@ -201,8 +337,8 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
     return cudaErrorMisalignedAddress;
   }
   if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
-  const int64_t blocks = (p.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  if (blocks > 0x7fffffff) return cudaErrorInvalidValue;
+  const int64_t row_blocks = (p.rows + kRowsPerWarp - 1) / kRowsPerWarp;
+  if (row_blocks * kMaxSplits > 0x7fffffff) return cudaErrorInvalidValue;
   Args a{};
   a.q = static_cast<const int8_t*>(p.weight);
   a.scales = reinterpret_cast<const __half*>(static_cast<const uint8_t*>(p.weight) +
@@ -210,20 +346,44 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
   a.rows = p.rows;
   a.cols = static_cast<int32_t>(p.cols);
   a.steps = static_cast<int32_t>(p.cols / kSpan);
-  // Slices: the fewest that give ~kTargetWarps warps (a function of the shape only).
-  const int64_t want = (kTargetWarps + blocks - 1) / blocks;
-  a.slices = static_cast<int32_t>(std::min<int64_t>({want, kMaxSlices, a.steps}));
   a.x_stride = p.x_stride;
   a.y_stride = p.y_stride;
   a.add_stride = p.add_stride;
   a.accumulate = p.accumulate;
-  const size_t smem = static_cast<size_t>(a.slices) * 16 * kRowsPerBlock * sizeof(float);
+  // The cut, a function of the shape only: ~kTargetWarps warps in all, each 32 rows x a step range
+  // (MmaKernel: S slices per block of 32 rows; MmaSharedXKernel: W = 4 warps per block, S splits
+  // per cluster, S the least power of two reaching the target, at most 8).
+  const int64_t want = (kTargetWarps + row_blocks - 1) / row_blocks;
+  unsigned blocks, threads, cluster = 0;
+  size_t smem;
+  if (p.mma_shared_x) {
+    a.warps = static_cast<int32_t>(std::min<int64_t>(kSharedWarps, row_blocks));
+    // a power of two (cluster sizes 1, 2, 4, 8), at most one per step
+    int32_t splits = 1;
+    while (splits < kMaxSplits && splits < want && 2 * splits <= a.steps) splits *= 2;
+    a.splits = splits;
+    a.chunk = std::min(kChunkSteps, (a.steps + a.splits - 1) / a.splits);
+    blocks = static_cast<unsigned>((row_blocks + a.warps - 1) / a.warps * a.splits);
+    threads = 32 * a.warps;
+    cluster = a.splits > 1 ? static_cast<unsigned>(a.splits) : 0u;
+    // x fragments of a chunk, or the warps' partials after the loop (2 KB a warp)
+    smem = static_cast<size_t>(std::max(a.chunk, a.warps)) * kStepWords * sizeof(uint32_t);
+  } else {
+    a.slices = static_cast<int32_t>(std::min<int64_t>({want, kMaxSlices, a.steps}));
+    blocks = static_cast<unsigned>(row_blocks);
+    threads = 32 * a.slices;
+    smem = static_cast<size_t>(a.slices) * 16 * kRowsPerWarp * sizeof(float);
+  }
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMmaTokens) {
     a.n_tokens = static_cast<int32_t>(std::min<int64_t>(kQuantGemvMmaTokens, p.n_tokens - t0));
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
     a.add = p.add != nullptr ? p.add + t0 * p.add_stride : nullptr;
-    K3_CUDA_CHECK(LaunchKernel(MmaKernel, static_cast<unsigned>(blocks), 32 * a.slices, smem, stream, a));
+    if (p.mma_shared_x) {
+      K3_CUDA_CHECK(LaunchKernelInClusters(MmaSharedXKernel, blocks, threads, smem, stream, cluster, a));
+    } else {
+      K3_CUDA_CHECK(LaunchKernel(MmaKernel, blocks, threads, smem, stream, a));
+    }
   }
   return cudaSuccess;
 }
