@@ -105,9 +105,10 @@ struct CudaEngineOptions {
   // expert-grouped GEMV (cuda::QuantGemvGrouped: each expert's rows read and decoded once per pass
   // for both positions, each position's values those of its per-pair GEMV; checked bit for bit on
   // an H200), then combine them in choice order with the per-pair combine's arithmetic (the same
-  // logits; engine test GroupedExpertGemvMatchesPerPair). Off by default until that engine test
-  // and the batch 16 / 64 benchmark have run on a GPU (no device was left in session 35); off: one
-  // GEMV per (token, expert) pair.
+  // logits; engine test GroupedExpertGemvMatchesPerPair). H200, slice8, 4k (session 36): batch 16
+  // 1219.9 -> 1254.4 tok/s, batch 64 1516.2 (lock 1414.2). Off by default until that engine test
+  // has run on a GPU (it has not: sessions 35 and 36 got too little device time); off: one GEMV per
+  // (token, expert) pair.
   bool grouped_expert_gemv = false;
   // Steps of up to this many rows run the routed experts as GEMVs (one per (token, expert) pair, or
   // expert-grouped with grouped_expert_gemv); larger ones group the pairs by expert for the tile
@@ -118,8 +119,9 @@ struct CudaEngineOptions {
   // Decode steps' tensor-core GEMV (9..32 rows) in its second form (cuda::QuantGemvMma with
   // QuantGemvDirectParams::mma_shared_x: x staged once per 4 warps in shared memory, the columns
   // split over a thread-block cluster; the first form re-reads x from L2 per 32 rows, which at 16
-  // tokens outweighs the weights). The same products, the sums in another order. Off until measured
-  // (written in session 36, when no GPU could be started); k3_cuda_decode_bench --mma-shared-x.
+  // tokens outweighs the weights). The same products, the sums in another order. H200, slice8, 4k:
+  // batch 16 +3.8%, batch 32 +4.7% (kernel tests of both forms passed there). Off until the engine
+  // test MmaSharedXAtLeastAsCloseAsLlamaCpp has run on a GPU; k3_cuda_decode_bench --mma-shared-x.
   bool mma_shared_x = false;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
