@@ -119,6 +119,18 @@ class CudaGoldenTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
   }
+  // The same n_seqs sequences decoded `steps` steps by two engines (DecodeBatches): bit-identical
+  // logits.
+  void ExpectSameDecodeBatches(CudaEngine& a, CudaEngine& b, int64_t n_seqs, size_t steps, const std::string& what) {
+    std::vector<std::vector<float>> got_a, got_b;
+    DecodeBatches(a, n_seqs, steps, &got_a);
+    DecodeBatches(b, n_seqs, steps, &got_b);
+    for (int64_t q = 0; q < n_seqs; ++q) {
+      ASSERT_EQ(got_a[q].size(), got_b[q].size());
+      EXPECT_EQ(0, std::memcmp(got_a[q].data(), got_b[q].data(), got_a[q].size() * sizeof(float)))
+          << what << ": batch of " << n_seqs << ", sequence " << q;
+    }
+  }
   // `copies` copies of the four prompts (ids id0..) decoded side by side, one token per sequence and
   // step until each prompt ends: the first three copies held to llama.cpp's closeness to ref-a, every
   // copy bit-identical to copy 0.
@@ -279,14 +291,7 @@ TEST_F(CudaGoldenTest, ResidualEpilogueChangesNoValue) {
         continue;
       }
       // n_seqs sequences per step (prompt s % 4 each), 8 steps
-      std::vector<std::vector<float>> got[2];
-      DecodeBatches(*on, n_seqs, 8, &got[0]);
-      DecodeBatches(*off, n_seqs, 8, &got[1]);
-      for (int64_t q = 0; q < n_seqs; ++q) {
-        ASSERT_EQ(got[0][q].size(), got[1][q].size());
-        EXPECT_EQ(0, std::memcmp(got[0][q].data(), got[1][q].data(), got[0][q].size() * sizeof(float)))
-            << "batch of " << n_seqs << ", sequence " << q << " int8 " << i8;
-      }
+      ExpectSameDecodeBatches(*on, *off, n_seqs, 8, "int8 " + std::to_string(i8));
     }
   }
 }
@@ -305,22 +310,14 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
                           4096, /*grouped_expert_gemv=*/true);
       auto pairs = Open(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb);
       ASSERT_TRUE(grouped && pairs);
-      std::vector<std::vector<float>> a, b;
-      DecodeBatches(*grouped, n_seqs, 8, &a);
-      DecodeBatches(*pairs, n_seqs, 8, &b);
-      for (int64_t q = 0; q < n_seqs; ++q) {
-        ASSERT_EQ(a[q].size(), b[q].size());
-        EXPECT_EQ(0, std::memcmp(a[q].data(), b[q].data(), a[q].size() * sizeof(float)))
-            << "batch of " << n_seqs << ", sequence " << q << " graphs " << graphs;
-      }
+      ExpectSameDecodeBatches(*grouped, *pairs, n_seqs, 8, "graphs " + std::to_string(graphs));
     }
   }
 }
 
 // moe_gemv_max_rows raised past 64: steps of 80 rows run the routed experts as GEMVs (per pair, or
 // expert-grouped) instead of the grouped tile GEMMs; the grouped GEMV's logits are still the per-pair
-// GEMVs' bit for bit (the step's other products past 32 rows on the tensor-core GEMM, the same in
-// both).
+// GEMVs' bit for bit (the step's other products, past 32 rows, on the tile GEMM in both).
 TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPairPast64Rows) {
   constexpr int64_t kSeqs = 80;
   auto grouped = Open(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs, 512, 512, false, true, 0, true,
@@ -328,13 +325,7 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPairPast64Rows) {
   auto pairs = Open(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs, 512, 512, false, true, 0, true,
                     4096, /*grouped_expert_gemv=*/false, /*moe_gemv_max_rows=*/128);
   ASSERT_TRUE(grouped && pairs);
-  std::vector<std::vector<float>> a, b;
-  DecodeBatches(*grouped, kSeqs, 4, &a);
-  DecodeBatches(*pairs, kSeqs, 4, &b);
-  for (int64_t q = 0; q < kSeqs; ++q) {
-    ASSERT_EQ(a[q].size(), b[q].size());
-    EXPECT_EQ(0, std::memcmp(a[q].data(), b[q].data(), a[q].size() * sizeof(float))) << "sequence " << q;
-  }
+  ExpectSameDecodeBatches(*grouped, *pairs, kSeqs, 4, "past 64 rows");
 }
 
 // Prefill on the exact path (f32 GEMV products) in chunks of 512 (each prompt whole), 64 and 7
