@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -426,14 +427,16 @@ TEST(QuantGemvDirectTest, RouterF32AndHalfTypes) {
 // only: a wrong operand mapping fails it by orders of magnitude); y's padding untouched; a token's
 // row equal, bit for bit, whether it came alone or in a pass of 16 (batch invariance), and calls of
 // more than 16 tokens (passes) equal to their 16-token pieces. shared_x: the second form
-// (QuantGemvDirectParams::mma_shared_x), held to the same.
+// (QuantGemvDirectParams::mma_shared_x), held to the same over 100 tokens (passes of 64 and 36: 4
+// and 3 tiles of 16), each token's row equal, bit for bit, to its row in pieces of 16, 32 and 48
+// tokens (1, 2, 3 tiles) and alone.
 void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
   SCOPED_TRACE(::testing::Message() << "mma " << cols << " -> " << rows << (shared_x ? " shared x" : ""));
   std::mt19937_64 rng(seed);
   DeviceWeights w(GgmlType::kQ8_0, rows, cols);
   MakeWeights(w, rng);
   if (::testing::Test::HasFatalFailure()) return;
-  constexpr int64_t kTokens = 40;
+  const int64_t kTokens = shared_x ? 100 : 40;
   const int64_t x_stride = cols + 4, y_stride = rows + 3;
   const std::vector<float> hx = Normal(rng, kTokens * x_stride, 0.0, 1.0);
   DeviceBuffer<float> x(hx);
@@ -461,16 +464,17 @@ void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
     EXPECT_EQ(pad, 0) << "writes past rows";
     return out;
   };
-  const std::vector<float> all = run(0, kTokens);  // passes of 16, 16, 8
-  for (int64_t t0 : {int64_t{0}, int64_t{16}, int64_t{32}}) {
-    const int64_t m = std::min<int64_t>(16, kTokens - t0);
+  const std::vector<float> all = run(0, kTokens);  // passes of 16, 16, 8 (shared x: 64, 36)
+  std::vector<std::pair<int64_t, int64_t>> pieces = {{0, 16}, {16, 16}, {32, 8}};  // (first token, tokens)
+  if (shared_x) pieces = {{0, 16}, {16, 16}, {40, 32}, {52, 48}, {84, 16}};
+  for (const auto& [t0, m] : pieces) {
     const std::vector<float> piece = run(t0, m);
     for (int64_t t = 0; t < m; ++t) {
       EXPECT_TRUE(BitEqual(piece.data() + t * y_stride, all.data() + (t0 + t) * y_stride, rows))
-          << "pass at " << t0 << ", token " << t;
+          << "piece of " << m << " at " << t0 << ", token " << t;
     }
   }
-  for (int64_t t : {int64_t{0}, int64_t{5}, int64_t{15}}) {
+  for (int64_t t : shared_x ? std::vector<int64_t>{0, 5, 15, 63, 70, 99} : std::vector<int64_t>{0, 5, 15}) {
     const std::vector<float> alone = run(t, 1);
     EXPECT_TRUE(BitEqual(alone.data(), all.data() + t * y_stride, rows)) << "token " << t << " alone";
   }
@@ -526,14 +530,14 @@ TEST(QuantGemvDirectTest, MmaSmallBatches) {
 // The epilogue (y = sum + add, then y += that with accumulate) against the plain product followed
 // by the same f32 adds on the host, bit for bit, on every path of the kernel (one slice: the warp
 // writes; several: the block's fold; R = 1), over one pass and two (11 tokens); padding untouched.
-// mma: the tensor-core GEMV instead (one pass and two: 11 and 20 tokens).
+// mma: the tensor-core GEMV instead (11, 20 and 40 tokens: one pass and two, or 1..3 tiles of 16).
 void CheckEpilogue(int64_t rows, int64_t cols, uint64_t seed, bool mma = false, bool shared_x = false) {
   SCOPED_TRACE(::testing::Message() << cols << " -> " << rows << (shared_x ? " shared x" : ""));
   std::mt19937_64 rng(seed);
   DeviceWeights w(GgmlType::kQ8_0, rows, cols);
   MakeWeights(w, rng);
   if (::testing::Test::HasFatalFailure()) return;
-  for (int64_t m : mma ? std::vector<int64_t>{1, 11, 20} : std::vector<int64_t>{1, 3, 11}) {
+  for (int64_t m : mma ? std::vector<int64_t>{1, 11, 20, 40} : std::vector<int64_t>{1, 3, 11}) {
     const int64_t x_stride = cols, y_stride = rows + 5, add_stride = rows + 2;
     DeviceBuffer<float> x(Normal(rng, m * x_stride, 0.0, 1.0));
     auto launch = [&](const QuantGemvDirectParams& p) { return mma ? QuantGemvMma(p, nullptr) : QuantGemvDirect(p, nullptr); };

@@ -122,12 +122,16 @@ bool QuantGemvDirectPlanFor(quant::GgmlType type, int64_t rows, int64_t cols, Qu
 // that, not HBM, is its limit). Not the f32 GEMV's numbers (~1e-3 relative per product, the tile
 // GEMM's class); deterministic, and a token's result does not depend on the others of the call.
 inline constexpr int kQuantGemvMmaTokens = 16;  // tokens per pass; more are looped on the host
+// With mma_shared_x: tokens per pass of the second form, as up to 4 tiles of 16 that share each
+// step's weights (each weight read and turned into f16 once per 64 tokens). A token's result is the
+// same in any tile and pass.
+inline constexpr int kQuantGemvMmaSharedXTokens = 64;
 
 // True for kQ8_0 (repacked) with cols a multiple of 64.
 bool QuantGemvMmaSupports(quant::GgmlType type, int64_t cols);
 
 // As QuantGemvDirect (same params and epilogue, same checks and errors; one kernel per pass of 16
-// tokens).
+// tokens, of 64 with mma_shared_x).
 cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -31,7 +31,11 @@
 // [quad][lane][4 words], one conflict-free LDS.128 per quad and lane) and its W warps all read it
 // there: x read once per 128 rows instead of per 32, rounded once. At the end the cluster's blocks
 // add the S splits' partials in split order (distributed shared memory), each block a share of the
-// outputs.
+// outputs. A pass is up to 64 tokens, as 1..4 tiles of 16 (MmaSharedXKernel<kTiles>): each step's
+// weights become B fragments once and meet every tile's A fragments, so a weight is read and
+// converted once per 64 tokens, not per 16 (the 33..64-row decode steps that otherwise take
+// cuBLAS's f16 GEMM after a 5-byte-per-weight decode pass). A tile's mma are the one-tile form's,
+// in the same order: a token's bits do not depend on its tile or pass.
 //
 // Numerics: w = f16(d·q) (q exact in f16, one rounding of the product, like the tile GEMM's f16
 // weights), x rounded to f16, products and sums in f32 inside the mma, slices (splits) added in
@@ -76,7 +80,7 @@ struct Args {
   int32_t chunk;           // MmaSharedXKernel: steps of x staged at a time (<= kChunkSteps)
   const float* x;          // this pass's token 0, [n_tokens][x_stride]
   int64_t x_stride;
-  int32_t n_tokens;        // 1..16
+  int32_t n_tokens;        // 1..16 (MmaKernel), 1..16·kTiles (MmaSharedXKernel<kTiles>)
   float* y;                // [n_tokens][y_stride]
   int64_t y_stride;
   const float* add;        // the epilogue's addend, this pass's token 0, or nullptr (gemv_direct.h)
@@ -225,19 +229,23 @@ __global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
   }
 }
 
-// x of steps [s0, s0 + n) into xs as f16 A fragments: item (step, half h, lane (g, t)) reads token
-// g + 8h's 16 columns 64·step + 16t .. + 15 (zeros past n_tokens) and writes quad h (the (0, 1) pairs
-// of its four float4: a0 / a1 of mma j = 0..3) and quad 2 + h (the (2, 3) pairs: a2 / a3), the
-// values MmaKernel forms in registers. Two items per thread at a time, their eight loads together.
+// x of steps [s0, s0 + n) into xs as f16 A fragments, kTiles tiles of 16 tokens a step: item
+// (step, tile, half h, lane (g, t)) reads token 16·tile + g + 8h's 16 columns 64·step + 16t .. + 15
+// (zeros past n_tokens) and writes quad h of the step's tile (the (0, 1) pairs of its four float4:
+// a0 / a1 of mma j = 0..3) and quad 2 + h (the (2, 3) pairs: a2 / a3), the values MmaKernel forms in
+// registers. Two items per thread at a time, their eight loads together.
+template <int kTiles>
 __device__ __forceinline__ void StageX(const Args& a, uint32_t* xs, int s0, int n) {
   constexpr int kItems = 2;
-  for (int base = threadIdx.x; base < n * 64; base += kItems * blockDim.x) {
+  constexpr int kStepItems = 64 * kTiles;
+  for (int base = threadIdx.x; base < n * kStepItems; base += kItems * blockDim.x) {
     float4 u[kItems][4];
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1, sl = item >> 6;
-      const int tok = (lane >> 2) + 8 * h;
-      if (item < n * 64 && tok < a.n_tokens) {
+      const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1;
+      const int tile = (item >> 6) % kTiles, sl = (item >> 6) / kTiles;
+      const int tok = 16 * tile + (lane >> 2) + 8 * h;
+      if (item < n * kStepItems && tok < a.n_tokens) {
         const float4* src = reinterpret_cast<const float4*>(a.x + tok * a.x_stride +
                                                             static_cast<int64_t>(s0 + sl) * kSpan + 16 * (lane & 3));
 #pragma unroll
@@ -249,10 +257,11 @@ __device__ __forceinline__ void StageX(const Args& a, uint32_t* xs, int s0, int 
     }
 #pragma unroll
     for (int k = 0; k < kItems; ++k) {
-      const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1, sl = item >> 6;
-      if (item >= n * 64) break;
+      const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1;
+      if (item >= n * kStepItems) break;
       const float4* v = u[k];
-      uint4* const step = reinterpret_cast<uint4*>(xs + sl * kStepWords);
+      // (item >> 6) = sl·kTiles + tile: the fragments of step sl, tile `tile`
+      uint4* const step = reinterpret_cast<uint4*>(xs + (item >> 6) * kStepWords);
       step[h * 32 + lane] = make_uint4(PackHalf2(v[0].x, v[0].y), PackHalf2(v[1].x, v[1].y),
                                        PackHalf2(v[2].x, v[2].y), PackHalf2(v[3].x, v[3].y));
       step[(2 + h) * 32 + lane] = make_uint4(PackHalf2(v[0].z, v[0].w), PackHalf2(v[1].z, v[1].w),
@@ -261,9 +270,43 @@ __device__ __forceinline__ void StageX(const Args& a, uint32_t* xs, int s0, int 
   }
 }
 
-__global__ void __launch_bounds__(32 * kSharedWarps, 4) MmaSharedXKernel(const Args a) {
+// One step of kTiles > 1 token tiles: the weights of `cur` turned into B fragments once (4 groups x
+// 4 mma), then each tile's A fragments from shared memory (xf: the step's first tile, this lane's
+// word) against them. Every accumulator sees the same mma in the same order as MmaStep's.
+template <int kTiles>
+__device__ __forceinline__ void MmaStepTiles(float (&acc)[kTiles][kGroups][4], const Stage& cur, const uint4* xf) {
+  uint32_t b[kGroups][4][2];
+#pragma unroll
+  for (int i = 0; i < kGroups; ++i) {
+    const __half2 d2 = __half2half2(__ushort_as_half(static_cast<unsigned short>(cur.d[i])));
+    const uint32_t words[4] = {cur.q[i].x, cur.q[i].y, cur.q[i].z, cur.q[i].w};
+#pragma unroll
+    for (int j = 0; j < 4; ++j) ScaledPairs(words[j], d2, b[i][j][0], b[i][j][1]);
+  }
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    const uint4* const f = xf + tile * (kStepWords / 4);
+    const uint4 f0 = f[0], f1 = f[32], f2 = f[64], f3 = f[96];
+    const uint32_t a0[4] = {f0.x, f0.y, f0.z, f0.w}, a1[4] = {f1.x, f1.y, f1.z, f1.w};
+    const uint32_t a2[4] = {f2.x, f2.y, f2.z, f2.w}, a3[4] = {f3.x, f3.y, f3.z, f3.w};
+#pragma unroll
+    for (int i = 0; i < kGroups; ++i) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) Mma(acc[tile][i], a0[j], a1[j], a2[j], a3[j], b[i][j][0], b[i][j][1]);
+    }
+  }
+}
+
+// Registers bound the resident blocks: 4 for one tile (124 registers), fewer for the wider forms
+// (their accumulators and the step's B fragments).
+constexpr int MinSharedXBlocks(int tiles) { return tiles == 1 ? 4 : tiles == 2 ? 3 : 2; }
+
+template <int kTiles>
+__global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) MmaSharedXKernel(const Args a) {
   PdlEnter();
-  extern __shared__ __align__(16) uint32_t smem[];  // x fragments [chunk][kStepWords]; then partials
+  // x fragments [chunk][kTiles][kStepWords]; then partials [warp][16·kTiles tokens][32 rows]
+  extern __shared__ __align__(16) uint32_t smem[];
+  constexpr int kTileTokens = 16 * kTiles;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int g = lane >> 2, t = lane & 3;
   const int split = static_cast<int>(blockIdx.x % a.splits);
@@ -272,27 +315,34 @@ __global__ void __launch_bounds__(32 * kSharedWarps, 4) MmaSharedXKernel(const A
   const int s_hi = static_cast<int>(static_cast<int64_t>(a.steps) * (split + 1) / a.splits);
   const WarpRows rows(a, (rblock * a.warps + warp) * kRowsPerWarp, g, t);
 
-  float acc[kGroups][4] = {};
+  float acc[kTiles][kGroups][4] = {};
   Stage cur, nxt;
   rows.Load(cur, s_lo);  // the weight stream first, then x (every split has a step: splits <= steps)
   for (int c0 = s_lo; c0 < s_hi; c0 += a.chunk) {
     const int n = min(a.chunk, s_hi - c0);
     if (c0 != s_lo) __syncthreads();  // every warp is done with the previous chunk's x
-    StageX(a, smem, c0, n);
+    StageX<kTiles>(a, smem, c0, n);
     __syncthreads();
     for (int sl = 0; sl < n; ++sl) {
       if (c0 + sl + 1 < s_hi) rows.Load(nxt, c0 + sl + 1);
-      const uint4* const xf = reinterpret_cast<const uint4*>(smem + sl * kStepWords) + lane;
-      const uint4 f0 = xf[0], f1 = xf[32], f2 = xf[64], f3 = xf[96];
-      const uint32_t a0[4] = {f0.x, f0.y, f0.z, f0.w}, a1[4] = {f1.x, f1.y, f1.z, f1.w};
-      const uint32_t a2[4] = {f2.x, f2.y, f2.z, f2.w}, a3[4] = {f3.x, f3.y, f3.z, f3.w};
-      MmaStep(acc, cur, a0, a1, a2, a3);
+      const uint4* const xf = reinterpret_cast<const uint4*>(smem + sl * kTiles * kStepWords) + lane;
+      if constexpr (kTiles == 1) {
+        const uint4 f0 = xf[0], f1 = xf[32], f2 = xf[64], f3 = xf[96];
+        const uint32_t a0[4] = {f0.x, f0.y, f0.z, f0.w}, a1[4] = {f1.x, f1.y, f1.z, f1.w};
+        const uint32_t a2[4] = {f2.x, f2.y, f2.z, f2.w}, a3[4] = {f3.x, f3.y, f3.z, f3.w};
+        MmaStep(acc[0], cur, a0, a1, a2, a3);
+      } else {
+        MmaStepTiles<kTiles>(acc, cur, xf);
+      }
       cur = nxt;
     }
   }
   __syncthreads();  // every warp is done with x: the buffer takes the partials
-  float* const part = reinterpret_cast<float*>(smem);  // [warp][16 tokens][32 rows]
-  StorePartials(acc, part + warp * (16 * kRowsPerWarp), g, t);
+  float* const part = reinterpret_cast<float*>(smem);
+#pragma unroll
+  for (int tile = 0; tile < kTiles; ++tile) {
+    StorePartials(acc[tile], part + (warp * kTileTokens + 16 * tile) * kRowsPerWarp, g, t);
+  }
   // The block's outputs (token, row of its 32·W), this block's share of them: the S splits'
   // partials added in split order, then the epilogue.
   auto finish = [&](auto partial_of_split) {
@@ -301,7 +351,7 @@ __global__ void __launch_bounds__(32 * kSharedWarps, 4) MmaSharedXKernel(const A
       const int tok = e / block_rows, rl = e - tok * block_rows;
       const int64_t row = rblock * block_rows + rl;
       if (row >= a.rows) continue;
-      const int idx = (rl / kRowsPerWarp) * (16 * kRowsPerWarp) + tok * kRowsPerWarp + rl % kRowsPerWarp;
+      const int idx = ((rl / kRowsPerWarp) * kTileTokens + tok) * kRowsPerWarp + rl % kRowsPerWarp;
       float v = partial_of_split(0)[idx];
       for (int k = 1; k < a.splits; ++k) v += partial_of_split(k)[idx];
       WriteOutput(a, tok, row, v);
@@ -355,32 +405,39 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
   // per cluster, S the least power of two reaching the target, at most 8).
   const int64_t want = (kTargetWarps + row_blocks - 1) / row_blocks;
   unsigned blocks, threads, cluster = 0;
-  size_t smem;
+  size_t smem = 0;
   if (p.mma_shared_x) {
     a.warps = static_cast<int32_t>(std::min<int64_t>(kSharedWarps, row_blocks));
     // a power of two (cluster sizes 1, 2, 4, 8), at most one per step
     int32_t splits = 1;
     while (splits < kMaxSplits && splits < want && 2 * splits <= a.steps) splits *= 2;
     a.splits = splits;
-    a.chunk = std::min(kChunkSteps, (a.steps + a.splits - 1) / a.splits);
     blocks = static_cast<unsigned>((row_blocks + a.warps - 1) / a.warps * a.splits);
     threads = 32 * a.warps;
     cluster = a.splits > 1 ? static_cast<unsigned>(a.splits) : 0u;
-    // x fragments of a chunk, or the warps' partials after the loop (2 KB a warp)
-    smem = static_cast<size_t>(std::max(a.chunk, a.warps)) * kStepWords * sizeof(uint32_t);
   } else {
     a.slices = static_cast<int32_t>(std::min<int64_t>({want, kMaxSlices, a.steps}));
     blocks = static_cast<unsigned>(row_blocks);
     threads = 32 * a.slices;
     smem = static_cast<size_t>(a.slices) * 16 * kRowsPerWarp * sizeof(float);
   }
-  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += kQuantGemvMmaTokens) {
-    a.n_tokens = static_cast<int32_t>(std::min<int64_t>(kQuantGemvMmaTokens, p.n_tokens - t0));
+  const int64_t pass_tokens = p.mma_shared_x ? kQuantGemvMmaSharedXTokens : kQuantGemvMmaTokens;
+  for (int64_t t0 = 0; t0 < p.n_tokens; t0 += pass_tokens) {
+    a.n_tokens = static_cast<int32_t>(std::min<int64_t>(pass_tokens, p.n_tokens - t0));
     a.x = p.x + t0 * p.x_stride;
     a.y = p.y + t0 * p.y_stride;
     a.add = p.add != nullptr ? p.add + t0 * p.add_stride : nullptr;
     if (p.mma_shared_x) {
-      K3_CUDA_CHECK(LaunchKernelInClusters(MmaSharedXKernel, blocks, threads, smem, stream, cluster, a));
+      // tiles of 16 tokens; a chunk of x is kChunkSteps / tiles steps (at most 32 KB of fragments)
+      const int tiles = (a.n_tokens + 15) / 16;
+      a.chunk = std::min(kChunkSteps / tiles, (a.steps + a.splits - 1) / a.splits);
+      // x fragments of a chunk, or the warps' partials after the loop (2 KB a warp and tile)
+      smem = static_cast<size_t>(std::max(a.chunk, a.warps)) * tiles * kStepWords * sizeof(uint32_t);
+      auto* const kernel = tiles == 1   ? MmaSharedXKernel<1>
+                           : tiles == 2 ? MmaSharedXKernel<2>
+                           : tiles == 3 ? MmaSharedXKernel<3>
+                                        : MmaSharedXKernel<4>;
+      K3_CUDA_CHECK(LaunchKernelInClusters(kernel, blocks, threads, smem, stream, cluster, a));
     } else {
       K3_CUDA_CHECK(LaunchKernel(MmaKernel, blocks, threads, smem, stream, a));
     }
