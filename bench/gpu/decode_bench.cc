@@ -31,12 +31,17 @@
 // (CudaEngineOptions::l2_prefetch_mb; 0: off; default: the engine's);
 // --unfused-gate-up: with --int8-experts, the experts' gate, up and activation as three launches
 // (CudaEngineOptions::fused_gate_up off);
-// --grouped-experts: with --int8-experts, steps of 2-64 rows run the expert-grouped GEMV instead of
-// a GEMV per (token, expert) pair (CudaEngineOptions::grouped_expert_gemv on);
-// --moe-gemv-max-rows N: steps of up to N rows run the routed experts as GEMVs (per pair, or grouped
-// with --grouped-experts), larger ones on the grouped tile GEMMs (CudaEngineOptions::moe_gemv_max_rows);
-// --mma-shared-x: decode steps of 9..32 rows on the tensor-core GEMV's second form
-// (CudaEngineOptions::mma_shared_x);
+// --per-pair-experts: with --int8-experts, a GEMV per (token, expert) pair instead of the
+// expert-grouped GEMV (CudaEngineOptions::grouped_expert_gemv off; --grouped-experts: on, the default);
+// --moe-gemv-max-rows N: steps of up to N rows run the routed experts as GEMVs (per pair, or
+// grouped), larger ones on the grouped tile GEMMs (CudaEngineOptions::moe_gemv_max_rows);
+// --mla-head-gemv-max-rows N: steps past --mma-max-rows rows run the MLA per-head products as one
+// stacked GEMV over all heads up to N rows, as one GEMM per head past it
+// (CudaEngineOptions::mla_head_gemv_max_rows);
+// --mma-max-rows N: decode steps of up to N (32..256) rows run their Q8_0 products on the
+// tensor-core GEMV, larger ones on cuBLAS / the tile GEMM (CudaEngineOptions::mma_max_rows);
+// --mma-per-warp-x: the tensor-core GEMV's first form, x read per warp, passes of 16 rows
+// (CudaEngineOptions::mma_shared_x off; --mma-shared-x: on, the default);
 // --no-residual-epilogue: output products write a delta that AddInto launches add to the residual
 // stream (CudaEngineOptions::residual_epilogue off);
 // --dense-gemv-max-rows N: non-expert products of steps of more rows on the tensor-core GEMM
@@ -113,11 +118,14 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   int64_t blas_min_rows = -1;     // -1: the engine's default
   int64_t moe_gemv_max_rows = -1;  // -1: the engine's default
+  int64_t mla_head_gemv_max_rows = -1;  // -1: the engine's default
+  int64_t mma_max_rows = -1;  // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
   int cache_f16 = -1;  // -1: f16 (the engine's default), f32 with --exact-mla-decode (as k3-worker)
   bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
-  bool grouped_expert_gemv = false, mma_shared_x = false;
+  const k3::engine_cuda::CudaEngineOptions defaults;
+  bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -141,12 +149,16 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
-    else if (a == "--grouped-experts") grouped_expert_gemv = true;  // CudaEngineOptions::grouped_expert_gemv on
-    else if (a == "--mma-shared-x") mma_shared_x = true;  // CudaEngineOptions::mma_shared_x on
+    else if (a == "--grouped-experts") grouped_expert_gemv = true;  // (the default now)
+    else if (a == "--mma-shared-x") mma_shared_x = true;  // (the default now)
+    else if (a == "--per-pair-experts") grouped_expert_gemv = false;  // CudaEngineOptions::grouped_expert_gemv off
+    else if (a == "--mma-per-warp-x") mma_shared_x = false;  // CudaEngineOptions::mma_shared_x off
     else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
     else if (a == "--dense-gemv-max-rows") dense_gemv_rows = std::stoll(next());  // CudaEngineOptions, 1..16
     else if (a == "--moe-gemv-max-rows") moe_gemv_max_rows = std::stoll(next());  // CudaEngineOptions
+    else if (a == "--mla-head-gemv-max-rows") mla_head_gemv_max_rows = std::stoll(next());  // CudaEngineOptions
+    else if (a == "--mma-max-rows") mma_max_rows = std::stoll(next());  // CudaEngineOptions
     else if (a == "--blas-min-rows") blas_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
@@ -181,6 +193,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.prefill_chunk = chunk;
   if (blas_min_rows >= 0) opt.blas_min_rows = blas_min_rows;
   if (moe_gemv_max_rows >= 0) opt.moe_gemv_max_rows = moe_gemv_max_rows;
+  if (mla_head_gemv_max_rows >= 0) opt.mla_head_gemv_max_rows = mla_head_gemv_max_rows;
+  if (mma_max_rows >= 0) opt.mma_max_rows = mma_max_rows;
   opt.page_size = kPage;
   const bool f16 = cache_f16 < 0 ? tc_mla : cache_f16 == 1;
   opt.cache_f16 = f16;
@@ -252,7 +266,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
         tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused",
-        grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(opt.moe_gemv_max_rows),
+        grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(eng.MoeGemvMaxRows()),
         fused_residual ? "fused" : "unfused",
         static_cast<long long>(opt.l2_prefetch_mb),
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",

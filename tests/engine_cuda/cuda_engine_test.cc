@@ -93,8 +93,11 @@ class CudaGoldenTest : public ::testing::Test {
                                    int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
                                    bool residual_epilogue = true, int64_t cache_tokens = 4096,
                                    bool grouped_expert_gemv = false, int64_t moe_gemv_max_rows = 64,
-                                   bool mma_shared_x = false) {
+                                   bool mma_shared_x = false, int64_t mla_head_gemv_max_rows = 32,
+                                   int64_t mma_max_rows = 32) {
     CudaEngineOptions opt;
+    opt.mma_max_rows = mma_max_rows;
+    opt.mla_head_gemv_max_rows = mla_head_gemv_max_rows;
     opt.grouped_expert_gemv = grouped_expert_gemv;
     opt.moe_gemv_max_rows = moe_gemv_max_rows;
     opt.mma_shared_x = mma_shared_x;
@@ -475,6 +478,50 @@ TEST_F(CudaGoldenTest, LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
   }
 }
 
+// mla_head_gemv_max_rows past 32: decode steps of 144 rows run the MLA per-head products as one
+// stacked GEMV over all heads (passes of 16 rows) instead of one cuBLAS GEMM per head; the rest of
+// the step as LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp's 36 copies. Held to its bars, copies
+// bit-identical (a row's product does not depend on its pass).
+TEST_F(CudaGoldenTest, MlaHeadGemvStackPast32RowsAtLeastAsCloseAsLlamaCpp) {
+  constexpr int kCopies = 36;
+  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false,
+                kCopies * static_cast<int64_t>(prompts_.size()), /*blas_min_rows=*/33, 512, false, true, 0, true,
+                /*cache_tokens=*/kCopies * 512, false, 64, false, /*mla_head_gemv_max_rows=*/256);
+  ASSERT_NE(e, nullptr);
+  DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, kCopies, 1000);
+}
+
+// The engine's default options as served with --int8-experts (grouped expert GEMV up to 256 rows,
+// shared-x tensor-core GEMV up to 64 rows, stacked MLA heads up to 128, cuBLAS beyond), decoding
+// 144 and 12 sequences side by side: held to the same bars, copies bit-identical.
+TEST_F(CudaGoldenTest, DefaultOptionsDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
+  for (const int copies : {3, 36}) {
+    CudaEngineOptions opt;
+    opt.int8_expert_x = true;
+    opt.max_batch = copies * static_cast<int64_t>(prompts_.size());
+    opt.max_seqs = opt.max_batch;
+    opt.cache_tokens = copies * 512;
+    opt.page_size = 16;
+    opt.verbose = false;
+    auto e = CudaEngine::Open(kGolden + "k3-golden-a.gguf", opt);
+    ASSERT_TRUE(e.ok()) << e.status();
+    DecodeCopiesAtLeastAsCloseAsLlamaCpp(**e, copies, 1400);
+  }
+}
+
+// mma_max_rows 256 with mma_shared_x: decode steps of up to 144 rows run every Q8_0 product on the
+// tensor-core GEMV's second form (passes of 64 rows: up to 4 tiles of 16 sharing each weight), the
+// MLA heads stacked, side streams and stacked KDA projections as in small steps. Held to the bars
+// of LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp, copies bit-identical.
+TEST_F(CudaGoldenTest, WideMmaDecodeStepsAtLeastAsCloseAsLlamaCpp) {
+  constexpr int kCopies = 36;
+  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false,
+                kCopies * static_cast<int64_t>(prompts_.size()), /*blas_min_rows=*/33, 512, false, true, 0, true,
+                /*cache_tokens=*/kCopies * 512, false, 64, /*mma_shared_x=*/true, 32, /*mma_max_rows=*/256);
+  ASSERT_NE(e, nullptr);
+  DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, kCopies, 1200);
+}
+
 // mma_shared_x: decode steps of 9..32 rows on the tensor-core GEMV's second form (x staged once per
 // block in shared memory, the columns split over a thread-block cluster): the first form's
 // products, the sums in another order; held to the same bars (12 sequences: every step of the
@@ -752,6 +799,17 @@ TEST(CudaEngineSynthTest, RejectsBadInput) {
   SeqInput in{1, std::span<const int32_t>(&bad, 1), false};
   EXPECT_FALSE((*e)->Forward(std::span<const SeqInput>(&in, 1)).ok());
   EXPECT_EQ((*e)->Length(1), 0);
+  // options out of range: a clear error at Open
+  for (const int64_t rows : {int64_t{16}, int64_t{257}}) {
+    CudaEngineOptions o = opt;
+    o.mma_max_rows = rows;
+    const auto r = CudaEngine::OpenSynth(SynthSource{*cfg, "UD-IQ1_S", 1}, o);
+    ASSERT_FALSE(r.ok()) << "mma_max_rows " << rows;
+    EXPECT_NE(r.status().message().find("mma_max_rows"), std::string::npos) << r.status();
+  }
+  CudaEngineOptions o = opt;
+  o.mla_head_gemv_max_rows = 0;
+  EXPECT_FALSE(CudaEngine::OpenSynth(SynthSource{*cfg, "UD-IQ1_S", 1}, o).ok());
 }
 
 }  // namespace

@@ -223,7 +223,13 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   comm_ = options.plan.ranks > 1 ? options.comm : nullptr;
   if (options.prefill_chunk < 1) return absl::InvalidArgumentError("prefill_chunk must be >= 1");
   if (options.blas_min_rows < 0) return absl::InvalidArgumentError("blas_min_rows must be >= 0");
-  if (options.moe_gemv_max_rows < 1) return absl::InvalidArgumentError("moe_gemv_max_rows must be >= 1");
+  if (options.moe_gemv_max_rows < 1 && options.moe_gemv_max_rows != -1) {
+    return absl::InvalidArgumentError("moe_gemv_max_rows must be >= 1, or -1 (by the expert GEMV's form)");
+  }
+  if (options.mma_max_rows < kMmaMaxRows || options.mma_max_rows > kMmaWideMaxRows) {
+    return absl::InvalidArgumentError(absl::StrCat("mma_max_rows must be in ", kMmaMaxRows, "..", kMmaWideMaxRows));
+  }
+  if (options.mla_head_gemv_max_rows < 1) return absl::InvalidArgumentError("mla_head_gemv_max_rows must be >= 1");
   if (options.dense_gemv_max_rows < 1 || options.dense_gemv_max_rows > kGemvMaxRows) {
     return absl::InvalidArgumentError(absl::StrCat("dense_gemv_max_rows must be in 1..", kGemvMaxRows));
   }
@@ -485,6 +491,11 @@ bool CudaEngine::MlaMhaFits() const {
   return true;
 }
 
+int64_t CudaEngine::MoeGemvMaxRows() const {
+  if (options_.moe_gemv_max_rows > 0) return options_.moe_gemv_max_rows;
+  return options_.int8_expert_x && options_.grouped_expert_gemv ? 256 : 64;
+}
+
 bool CudaEngine::MlaDecompressed(int64_t n) const {
   return impl_->mha_ws != nullptr && n > kMmaMaxRows && n >= options_.mla_mha_min_rows;
 }
@@ -652,27 +663,28 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // a prefill run of up to kGemvMaxRows tokens stays on the exact f32 GEMV.
   const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;
   // Every non-expert product of the step goes through here; st: the side stream, or nullptr for s.
+  // Decode steps take the tensor-core GEMV up to mma_max_rows rows (CudaEngineOptions).
+  const MmaChoice mma{options_.mma_shared_x, v.run == 1 ? options_.mma_max_rows : kMmaMaxRows};
   auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows,
                   cudaStream_t st = nullptr) {
-    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows, options_.mma_shared_x);
+    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows, mma);
   };
   // The LM head: cuBLAS from kHeadBlasMinRows rows only (its f16 decode pass is ~1 ms).
   GemmScratch head_ws = gws;
   if (head_ws.blas_min_rows > 0) head_ws.blas_min_rows = std::max(head_ws.blas_min_rows, kHeadBlasMinRows);
   auto HeadProd = [&](const float* x, int64_t rows) {
-    return Product(m.output, x, H, m.logits, shard_.vocab_width, rows, exact, head_ws, s, gemv_rows,
-                   options_.mma_shared_x);
+    return Product(m.output, x, H, m.logits, shard_.vocab_width, rows, exact, head_ws, s, gemv_rows, mma);
   };
-  // MoE by expert groups and per-head MLA products on the tile GEMM above kMmaMaxRows rows; up to
-  // it the per-(token, expert) GEMVs and per-head GEMV stacks (H200, slice8, batch 32: the grouped
-  // MoE took 40.9 ms per step against 10.7 for the per-pair GEMVs at batch 16).
-  const bool grouped = !exact && n > kMmaMaxRows;
+  // Products on the tile GEMM (or cuBLAS) above mma.max_rows rows: no side stream then (below).
+  const bool grouped = !exact && n > mma.max_rows;
+  // The MLA per-head products: one GEMM per head in steps whose products take GEMMs, past
+  // mla_head_gemv_max_rows rows of a decode step; otherwise one stacked GEMV launch over all heads.
+  const bool per_head_gemm = grouped && n > (v.run == 1 ? options_.mla_head_gemv_max_rows : 0);
   // The MoE groups (token, expert) pairs by expert for the tile GEMMs only above moe_gemv_max_rows
-  // rows (default 64): up to it the GEMVs are faster than grouped tile GEMMs whose
-  // groups hold one or two rows.
-  const bool moe_grouped = !exact && n > options_.moe_gemv_max_rows;
+  // rows: up to it the GEMVs are faster than grouped tile GEMMs whose groups hold a few rows.
+  const bool moe_grouped = !exact && n > MoeGemvMaxRows();
   // Independent branches of a layer run on the side stream when no product of the step takes the
-  // tile GEMM (none uses its workspace; Product: steps of up to kMmaMaxRows rows never do).
+  // tile GEMM (none uses its workspace; Product: steps of up to mma.max_rows rows never do).
   const bool side = !grouped && options_.side_streams;
   // A MoE layer's shared experts: out[n][H] = down(situ(gate·h, up·h)), on stream `st`.
   auto SharedExperts = [&](const DMoe& w, const float* h, int64_t rows, float* out, cudaStream_t st) -> cudaError_t {
@@ -761,9 +773,11 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // tensor-core GEMV adds into m.x in its epilogue (the same bits as the product into m.delta and
   // the AddInto launches).
   const bool epilogue_ok = options_.residual_epilogue && comm_ == nullptr && !fuse_residual;
-  auto into_residual = [&](const DMat& w) { return epilogue_ok && TakesEpilogueProduct(w, n, exact, gemv_rows); };
+  auto into_residual = [&](const DMat& w) {
+    return epilogue_ok && TakesEpilogueProduct(w, n, exact, gemv_rows, mma);
+  };
   auto residual_product = [&](const DMat& w, const float* in, int64_t in_stride, const float* add, bool accumulate) {
-    return ResidualProduct(w, in, in_stride, m.x, H, n, add, accumulate, exact, gemv_rows, s, options_.mma_shared_x);
+    return ResidualProduct(w, in, in_stride, m.x, H, n, add, accumulate, exact, gemv_rows, s, mma);
   };
   auto add_mix_norm = [&](const float* score_w, const float* norm_w, const float* d0, const float* d1, bool restart,
                           float* bank_out, float* y) -> cudaError_t {
@@ -875,7 +889,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         mp.workspace_bytes = m.mha_ws_bytes;
         K3_CU(cuda::MlaPrefillMha(mp, s));
       } else {
-        if (grouped) {  // one GEMM per head over all rows
+        if (per_head_gemm) {  // one GEMM per head over all rows
           for (int64_t hh = 0; hh < nh; ++hh) {
             K3_CU(Prod(Slice(w.k_b, hh), m.qf + hh * qk, nh * qk, m.qabs + hh * row, nh * row, n));
           }
@@ -951,7 +965,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         } else {
           K3_CU(cuda::MlaDecode(dp, s));
         }
-        if (grouped) {
+        if (per_head_gemm) {
           for (int64_t hh = 0; hh < nh; ++hh) {
             K3_CU(Prod(Slice(w.v_b, hh), m.lat + hh * lora, nh * lora, m.mo + hh * vd, nh * vd, n));
           }

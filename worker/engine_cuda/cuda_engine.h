@@ -103,26 +103,44 @@ struct CudaEngineOptions {
   // With int8_expert_x, decode steps of 2..moe_gemv_max_rows rows group the (token, expert) pairs by
   // expert (MoeGroupTokens, cut into passes of two positions) and run the routed products on the
   // expert-grouped GEMV (cuda::QuantGemvGrouped: each expert's rows read and decoded once per pass
-  // for both positions, each position's values those of its per-pair GEMV; checked bit for bit on
-  // an H200), then combine them in choice order with the per-pair combine's arithmetic (the same
-  // logits; engine test GroupedExpertGemvMatchesPerPair). H200, slice8, 4k (session 36): batch 16
-  // 1219.9 -> 1254.4 tok/s, batch 64 1516.2 (lock 1414.2). Off by default until that engine test
-  // has run on a GPU (it has not: sessions 35 and 36 got too little device time); off: one GEMV per
-  // (token, expert) pair.
-  bool grouped_expert_gemv = false;
+  // for both positions, each position's values those of its per-pair GEMV), then combine them in
+  // choice order with the per-pair combine's arithmetic (the same logits: engine tests
+  // GroupedExpertGemvMatchesPerPair and ...Past64Rows, passed on an H100 in session 37). H200,
+  // slice8, 4k (session 36): batch 16 1219.9 -> 1254.4 tok/s. Off: one GEMV per (token, expert)
+  // pair (k3_cuda_decode_bench --per-pair-experts).
+  bool grouped_expert_gemv = true;
   // Steps of up to this many rows run the routed experts as GEMVs (one per (token, expert) pair, or
-  // expert-grouped with grouped_expert_gemv); larger ones group the pairs by expert for the tile
-  // GEMMs. H200, slice8, batch 64: the grouped GEMMs took 59.5 ms of MoE per step where batch 16's
-  // per-pair GEMVs took 10.7 ms for a quarter of the pairs. Raising it is the A/B switch for the
-  // GEMVs at 128 and 256 rows (k3_cuda_decode_bench --moe-gemv-max-rows).
-  int64_t moe_gemv_max_rows = 64;
-  // Decode steps' tensor-core GEMV (9..32 rows) in its second form (cuda::QuantGemvMma with
-  // QuantGemvDirectParams::mma_shared_x: x staged once per 4 warps in shared memory, the columns
-  // split over a thread-block cluster; the first form re-reads x from L2 per 32 rows, which at 16
-  // tokens outweighs the weights). The same products, the sums in another order. H200, slice8, 4k:
-  // batch 16 +3.8%, batch 32 +4.7% (kernel tests of both forms passed there). Off until the engine
-  // test MmaSharedXAtLeastAsCloseAsLlamaCpp has run on a GPU; k3_cuda_decode_bench --mma-shared-x.
-  bool mma_shared_x = false;
+  // expert-grouped); larger ones group the pairs by expert for the tile GEMMs. -1: 256 where the
+  // expert-grouped GEMV runs (int8_expert_x and grouped_expert_gemv: H100, slice8, 4k, MoE eager
+  // 58.7 -> 36.3 ms at batch 128, 73.4 -> 67.0 at 256), else 64 (the per-pair GEMVs; H200, batch
+  // 64: the grouped GEMMs took 59.5 ms of MoE per step where batch 16's per-pair GEMVs took 10.7 ms
+  // for a quarter of the pairs). k3_cuda_decode_bench --moe-gemv-max-rows.
+  int64_t moe_gemv_max_rows = -1;
+  // Decode steps whose products take GEMMs (more than mma_max_rows rows) run the MLA per-head
+  // absorption products (q·W_UK per head, then latent·W_UV) as one stacked GEMV launch over all
+  // heads (GemvStack, passes of 16 rows: each head's weights read once per pass) up to this many
+  // rows, and as one cuBLAS/tile GEMM per head (2 x n_heads launches per MLA layer) past it. H200,
+  // slice8, batch 64 (27632a6): MLA 4.17 ms eager, mostly 192 per-head launches of 16 + 6.8 us;
+  // H100, batch 128: 5.14 -> 3.42 ms stacked. k3_cuda_decode_bench --mla-head-gemv-max-rows.
+  int64_t mla_head_gemv_max_rows = 128;
+  // Decode steps' tensor-core GEMV (9..mma_max_rows rows) in its second form (cuda::QuantGemvMma
+  // with QuantGemvDirectParams::mma_shared_x: x staged once per 4 warps in shared memory, the
+  // columns split over a thread-block cluster, passes of up to 64 rows as 4 tiles of 16 sharing
+  // each weight; the first form re-reads x from L2 per 32 rows, which at 16 tokens outweighs the
+  // weights, and passes 16 rows). The same products, the sums in another order (engine test
+  // MmaSharedXAtLeastAsCloseAsLlamaCpp). H200, slice8, 4k: batch 16 +3.8%, batch 32 +4.7% with
+  // passes of 16; H100, batch 32 with one pass of 32: 1092.0 -> 1421.4 tok/s. Off:
+  // k3_cuda_decode_bench --mma-per-warp-x.
+  bool mma_shared_x = true;
+  // Decode steps of more than 32 (kMmaMaxRows) and up to this many rows (<= 256) run their Q8_0
+  // products on the tensor-core GEMV too (with mma_shared_x: passes of 64 rows, each weight read
+  // and converted once per pass), the small other products on the f32 GEMV, and keep the side
+  // streams and the stacked KDA projections; larger steps take cuBLAS / the tile GEMM, whose f16
+  // path costs ~5 bytes per weight (a decode pass writing f16 weights, then the GEMM reading them).
+  // H100, slice8, batch 64: KDA layers 8.36 -> 5.70 ms eager, dense 1.68 -> 0.93; at 128 (two
+  // passes) KDA 10.59 -> 11.41, hence 64 (engine test WideMmaDecodeStepsAtLeastAsCloseAsLlamaCpp).
+  // k3_cuda_decode_bench --mma-max-rows.
+  int64_t mma_max_rows = 64;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
   // the recurrence and the gated norm; a MoE layer's latent up-projection during the expert
@@ -246,6 +264,8 @@ class CudaEngine {
   uint64_t attention_macs_per_row(int64_t chunk) const;
   // Whether a prefill chunk of n rows runs MLA attention decompressed (mla_mha_min_rows).
   bool MlaDecompressed(int64_t n) const;
+  // The MoE's GEMV limit (CudaEngineOptions::moe_gemv_max_rows, -1 resolved).
+  int64_t MoeGemvMaxRows() const;
 
   // Sequences (SequenceCache semantics: Add = zero state; Free releases pages and slot).
   absl::Status Add(SeqId id);

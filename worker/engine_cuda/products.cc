@@ -138,41 +138,42 @@ namespace {
 
 // Product's dispatch, in its order: the tensor-core GEMV, then the GEMV (direct-load where w has
 // the form), then the tile GEMM or cuBLAS.
-bool TakesMma(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows) {
-  return !exact_only && n > gemv_max_rows && n <= kMmaMaxRows && w.direct != nullptr &&
+bool TakesMma(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows, const MmaChoice& mma) {
+  return !exact_only && n > gemv_max_rows && n <= mma.max_rows && w.direct != nullptr &&
          cuda::QuantGemvMmaSupports(w.type, w.cols);
 }
-bool TakesGemv(const DMat& w, int64_t n, bool exact_only) {
-  return exact_only || n <= kMmaMaxRows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) || w.cols % 32 != 0;
+bool TakesGemv(const DMat& w, int64_t n, bool exact_only, const MmaChoice& mma) {
+  return exact_only || n <= mma.max_rows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) ||
+         w.cols % 32 != 0;
 }
 
 }  // namespace
 
-bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows) {
-  return w.direct != nullptr && (TakesMma(w, n, exact_only, gemv_max_rows) || TakesGemv(w, n, exact_only));
+bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows, MmaChoice mma) {
+  return w.direct != nullptr && (TakesMma(w, n, exact_only, gemv_max_rows, mma) || TakesGemv(w, n, exact_only, mma));
 }
 
 cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                             const float* add, bool accumulate, bool exact_only, int64_t gemv_max_rows,
-                            cudaStream_t s, bool mma_shared_x) {
+                            cudaStream_t s, MmaChoice mma) {
   cuda::QuantGemvDirectParams p = DirectParams(w, x, x_stride, y, y_stride, n);
   p.add = add;
   p.add_stride = add != nullptr ? y_stride : 0;
   p.accumulate = accumulate;
-  p.mma_shared_x = mma_shared_x;
-  if (TakesMma(w, n, exact_only, gemv_max_rows)) return cuda::QuantGemvMma(p, s);
-  if (w.direct != nullptr && TakesGemv(w, n, exact_only)) return cuda::QuantGemvDirect(p, s);
+  p.mma_shared_x = mma.shared_x;
+  if (TakesMma(w, n, exact_only, gemv_max_rows, mma)) return cuda::QuantGemvMma(p, s);
+  if (w.direct != nullptr && TakesGemv(w, n, exact_only, mma)) return cuda::QuantGemvDirect(p, s);
   return cudaErrorInvalidValue;
 }
 
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows, bool mma_shared_x) {
-  if (TakesMma(w, n, exact_only, gemv_max_rows)) {
+                    bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows, MmaChoice mma) {
+  if (TakesMma(w, n, exact_only, gemv_max_rows, mma)) {
     cuda::QuantGemvDirectParams p = DirectParams(w, x, x_stride, y, y_stride, n);
-    p.mma_shared_x = mma_shared_x;
+    p.mma_shared_x = mma.shared_x;
     return cuda::QuantGemvMma(p, s);
   }
-  if (TakesGemv(w, n, exact_only)) return Gemv(w, x, x_stride, y, y_stride, n, s);
+  if (TakesGemv(w, n, exact_only, mma)) return Gemv(w, x, x_stride, y, y_stride, n, s);
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;

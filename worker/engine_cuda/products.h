@@ -30,6 +30,16 @@ inline constexpr int64_t kFusedGateUpMaxRows = 4;
 // 0.82 ms per step against two f32 GEMV passes; at 64 rows (four passes) 3.46 ms against the tile
 // GEMM's 1.31, hence 32.
 inline constexpr int64_t kMmaMaxRows = 32;
+// The most rows CudaEngineOptions::mma_max_rows may raise that to.
+inline constexpr int64_t kMmaWideMaxRows = 256;
+
+// How Product uses the tensor-core GEMV: up to max_rows rows (kMmaMaxRows, or a decode step's
+// CudaEngineOptions::mma_max_rows), in its second form with shared_x
+// (QuantGemvDirectParams::mma_shared_x: passes of 64 rows, each weight read once per pass).
+struct MmaChoice {
+  bool shared_x = false;
+  int64_t max_rows = kMmaMaxRows;
+};
 // The LM head (7168 -> 163840: 1.25 GB of Q8_0 decoded to f16 per call, ~1 ms) takes cuBLAS only
 // from this many rows (and CudaEngineOptions::blas_min_rows): H200, slice8, batch 64 the tile GEMM
 // took 1.22 ms against cuBLAS's 2.27; at 256 rows the tile GEMM 2.82.
@@ -75,19 +85,19 @@ cudaError_t GemvStackGateUpGrouped(const DStack& gate, const DStack& up, const c
                                    int64_t n_positions, const model::K3Config& c, cudaStream_t s, bool fused);
 
 // y = W x for n rows: the f32 GEMV up to gemv_max_rows rows (<= kGemvMaxRows); then, up to
-// kMmaMaxRows rows, the tensor-core GEMV where w has a direct Q8_0 form and the f32 GEMV for the
+// mma.max_rows rows, the tensor-core GEMV where w has a direct Q8_0 form and the f32 GEMV for the
 // other matrices (small ones: router, gate and beta projections); the tile GEMM beyond, or cuBLAS
-// from ws.blas_min_rows rows (exact_only: always the f32 GEMV). So steps of up to kMmaMaxRows rows
+// from ws.blas_min_rows rows (exact_only: always the f32 GEMV). So steps of up to mma.max_rows rows
 // never use the GEMM workspace. A matrix with only its direct form (data null: a stack) never takes
 // the tile GEMM.
-// mma_shared_x: the tensor-core GEMV's second form (QuantGemvDirectParams::mma_shared_x).
 cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                     bool exact_only, GemmScratch ws, cudaStream_t s, int64_t gemv_max_rows = kGemvMaxRows,
-                    bool mma_shared_x = false);
+                    MmaChoice mma = {});
 
-// Whether Product(w, n rows, exact_only, gemv_max_rows) runs a kernel with the epilogue: the
+// Whether Product(w, n rows, exact_only, gemv_max_rows, mma) runs a kernel with the epilogue: the
 // direct-load GEMV (QuantGemvDirect) or the tensor-core GEMV (QuantGemvMma).
-bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows = kGemvMaxRows);
+bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows = kGemvMaxRows,
+                          MmaChoice mma = {});
 
 // Product's kernel with its epilogue: y = W x + add (add: rows like y's, or nullptr), then with
 // `accumulate` y += that; the bits of Product into a buffer and AddInto's after it (a residual
@@ -95,7 +105,7 @@ bool TakesEpilogueProduct(const DMat& w, int64_t n, bool exact_only, int64_t gem
 // false.
 cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
                             const float* add, bool accumulate, bool exact_only, int64_t gemv_max_rows,
-                            cudaStream_t s, bool mma_shared_x = false);
+                            cudaStream_t s, MmaChoice mma = {});
 
 // y = W x kept exact (up to summation order) at any n: the f32 GEMV, or for F32 weights and runs of
 // at least ws.blas_min_rows rows cuBLAS's f32 GEMM (the MoE router: rounding could change routing).
