@@ -9,7 +9,7 @@ cd "$root" || exit 1
 lock=bench/baselines.lock
 errors=0
 err() { echo "baselines.lock: $*"; errors=$((errors + 1)); }
-ours='^K3[A-Z0-9]+_(IQ1S|IQ2XS|IQ2XXS|Q2K|Q3K|Q4K|Q5K|Q6K|Q8_0|BF16|F16)_H200X[0-9]+[A-Z]*_(CTX[0-9]+K?|PP[0-9]+K?|D[0-9]+K?)(_B[0-9]+)?_[A-Z]+$'
+ours='^K3[A-Z0-9]+_(IQ1S|IQ2XS|IQ2XXS|Q2K|Q3K|Q4K|Q5K|Q6K|Q8_0|BF16|F16)_H[12]00X[0-9]+[A-Z]*_(CTX[0-9]+K?|PP[0-9]+K?|D[0-9]+K?)(_B[0-9]+)?_[A-Z]+$'
 peer='^PEER_[A-Z0-9_]+$'
 declare -A seen
 n=0
