@@ -83,7 +83,7 @@ struct QuantGemvDirectParams {
   bool accumulate = false;     // y += (sum + add) instead of y = sum + add
   // QuantGemvMma only: its second form (gemv_direct_mma.cu, MmaSharedXKernel: x staged once per 4
   // warps in shared memory, the columns split over a thread-block cluster). The same products, the
-  // sums in another order (the engine's CudaEngineOptions::mma_shared_x decides, off by default).
+  // sums in another order (the engine's CudaEngineOptions::mma_shared_x decides, on by default).
   bool mma_shared_x = false;
 };
 
