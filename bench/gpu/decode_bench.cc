@@ -40,6 +40,8 @@
 // (CudaEngineOptions::mla_head_gemv_max_rows);
 // --mma-max-rows N: decode steps of up to N (32..256) rows run their Q8_0 products on the
 // tensor-core GEMV, larger ones on cuBLAS / the tile GEMM (CudaEngineOptions::mma_max_rows);
+// --mma-staged-x: the tensor-core GEMV's x rounded to f16 once per product into a scratch
+// (CudaEngineOptions::mma_staged_x);
 // --mma-per-warp-x: the tensor-core GEMV's first form, x read per warp, passes of 16 rows
 // (CudaEngineOptions::mma_shared_x off; --mma-shared-x: on, the default);
 // --no-residual-epilogue: output products write a delta that AddInto launches add to the residual
@@ -126,6 +128,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
+  bool mma_staged_x = defaults.mma_staged_x;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -152,6 +155,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--grouped-experts") grouped_expert_gemv = true;  // (the default now)
     else if (a == "--mma-shared-x") mma_shared_x = true;  // (the default now)
     else if (a == "--per-pair-experts") grouped_expert_gemv = false;  // CudaEngineOptions::grouped_expert_gemv off
+    else if (a == "--mma-staged-x") mma_staged_x = true;  // CudaEngineOptions::mma_staged_x on
     else if (a == "--mma-per-warp-x") mma_shared_x = false;  // CudaEngineOptions::mma_shared_x off
     else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb
@@ -205,6 +209,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.fused_gate_up = fused_gate_up;
   opt.grouped_expert_gemv = grouped_expert_gemv;
   opt.mma_shared_x = mma_shared_x;
+  opt.mma_staged_x = mma_staged_x;
   opt.residual_epilogue = residual_epilogue;
   if (l2_prefetch_mb >= 0) opt.l2_prefetch_mb = l2_prefetch_mb;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;

@@ -429,7 +429,8 @@ TEST(QuantGemvDirectTest, RouterF32AndHalfTypes) {
 // more than 16 tokens (passes) equal to their 16-token pieces. shared_x: the second form
 // (QuantGemvDirectParams::mma_shared_x), held to the same over 100 tokens (passes of 64 and 36: 4
 // and 3 tiles of 16), each token's row equal, bit for bit, to its row in pieces of 16, 32 and 48
-// tokens (1, 2, 3 tiles) and alone.
+// tokens (1, 2, 3 tiles) and alone, and with x pre-rounded into a scratch (x_half: the same bits;
+// a scratch one float short refused).
 void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
   SCOPED_TRACE(::testing::Message() << "mma " << cols << " -> " << rows << (shared_x ? " shared x" : ""));
   std::mt19937_64 rng(seed);
@@ -440,9 +441,12 @@ void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
   const int64_t x_stride = cols + 4, y_stride = rows + 3;
   const std::vector<float> hx = Normal(rng, kTokens * x_stride, 0.0, 1.0);
   DeviceBuffer<float> x(hx);
-  auto run = [&](int64_t t0, int64_t m) {
+  // staged: x rounded to f16 fragments once into a scratch (QuantGemvDirectParams::x_half)
+  auto run = [&](int64_t t0, int64_t m, bool staged = false) {
     DeviceBuffer<float> y(static_cast<size_t>(m * y_stride));
     y.Poison();
+    const size_t half_bytes = QuantGemvMmaXHalfBytes(m, cols);
+    DeviceBuffer<float> scratch(staged ? half_bytes / 4 : 1);
     QuantGemvDirectParams p;
     p.type = GgmlType::kQ8_0;
     p.weight = w.direct.get();
@@ -454,6 +458,12 @@ void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
     p.y_stride = y_stride;
     p.n_tokens = m;
     p.mma_shared_x = shared_x;
+    if (staged) {
+      p.x_half = scratch.get();
+      p.x_half_bytes = half_bytes - 4;  // one float short: refused, nothing launched
+      EXPECT_EQ(QuantGemvMma(p, nullptr), cudaErrorInvalidValue);
+      p.x_half_bytes = half_bytes;
+    }
     EXPECT_EQ(QuantGemvMma(p, nullptr), cudaSuccess);
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     std::vector<float> out = y.Download();
@@ -472,6 +482,16 @@ void CheckMma(int64_t rows, int64_t cols, uint64_t seed, bool shared_x) {
     for (int64_t t = 0; t < m; ++t) {
       EXPECT_TRUE(BitEqual(piece.data() + t * y_stride, all.data() + (t0 + t) * y_stride, rows))
           << "piece of " << m << " at " << t0 << ", token " << t;
+    }
+  }
+  if (shared_x) {  // x pre-rounded into a scratch: the same bits, whole call and a piece
+    const std::vector<float> staged = run(0, kTokens, true), piece = run(40, 32, true);
+    for (int64_t t = 0; t < kTokens; ++t) {
+      EXPECT_TRUE(BitEqual(staged.data() + t * y_stride, all.data() + t * y_stride, rows)) << "staged, token " << t;
+    }
+    for (int64_t t = 0; t < 32; ++t) {
+      EXPECT_TRUE(BitEqual(piece.data() + t * y_stride, all.data() + (40 + t) * y_stride, rows))
+          << "staged piece at 40, token " << t;
     }
   }
   for (int64_t t : shared_x ? std::vector<int64_t>{0, 5, 15, 63, 70, 99} : std::vector<int64_t>{0, 5, 15}) {

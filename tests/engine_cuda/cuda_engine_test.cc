@@ -94,8 +94,9 @@ class CudaGoldenTest : public ::testing::Test {
                                    bool residual_epilogue = true, int64_t cache_tokens = 4096,
                                    bool grouped_expert_gemv = false, int64_t moe_gemv_max_rows = 64,
                                    bool mma_shared_x = false, int64_t mla_head_gemv_max_rows = 32,
-                                   int64_t mma_max_rows = 32) {
+                                   int64_t mma_max_rows = 32, bool mma_staged_x = false) {
     CudaEngineOptions opt;
+    opt.mma_staged_x = mma_staged_x;
     opt.mma_max_rows = mma_max_rows;
     opt.mla_head_gemv_max_rows = mla_head_gemv_max_rows;
     opt.grouped_expert_gemv = grouped_expert_gemv;
@@ -314,6 +315,22 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
       auto pairs = Open(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb);
       ASSERT_TRUE(grouped && pairs);
       ExpectSameDecodeBatches(*grouped, *pairs, n_seqs, 8, "graphs " + std::to_string(graphs));
+    }
+  }
+}
+
+// mma_staged_x: the tensor-core GEMV's x rounded to f16 once per product into a scratch (one per
+// stream) instead of per block: the same values, so the same logits bit for bit, in decode steps of
+// 12 rows (one tile) and 40 (three tiles of a 64-row pass), graphs and eager.
+TEST_F(CudaGoldenTest, MmaStagedXChangesNoValue) {
+  for (bool graphs : {true, false}) {
+    for (int64_t n_seqs : {int64_t{12}, int64_t{40}}) {
+      auto staged = Open(false, graphs, 512, false, false, true, n_seqs, 512, 512, false, true, 0, true, 4096, true,
+                         64, /*mma_shared_x=*/true, 128, /*mma_max_rows=*/64, /*mma_staged_x=*/true);
+      auto plain = Open(false, graphs, 512, false, false, true, n_seqs, 512, 512, false, true, 0, true, 4096, true, 64,
+                        /*mma_shared_x=*/true, 128, /*mma_max_rows=*/64);
+      ASSERT_TRUE(staged && plain);
+      ExpectSameDecodeBatches(*staged, *plain, n_seqs, 6, "graphs " + std::to_string(graphs));
     }
   }
 }

@@ -74,6 +74,11 @@ struct CudaEngine::Impl : DGlobals {
   void* group_ws = nullptr;
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;
+  // mma_staged_x: the tensor-core GEMV's x as f16 fragments (QuantGemvDirectParams::x_half), one
+  // scratch per stream (a product on the side stream may run beside one on the main stream)
+  void* x_half = nullptr;
+  void* x_half_side = nullptr;
+  size_t x_half_bytes = 0;
   cuda::BlasScratch blas;     // the cuBLAS form's handle and f16 weight rows (blas_min_rows)
   void* mha_ws = nullptr;     // MlaPrefillMha's workspace (mla_mha_min_rows), or null: absorbed only
   size_t mha_ws_bytes = 0;
@@ -337,11 +342,19 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     K3_ASSIGN_OR_RETURN(m.pass_row0, m.Alloc<int32_t>(B * K));
     K3_ASSIGN_OR_RETURN(m.pass_n, m.Alloc<int32_t>(B * K));
   }
+  // The widest activations a product of this engine reads.
+  const int64_t widest = std::max({H, D, c.q_lora_rank, nh * c.v_head_dim, L, shard_.dense_width,
+                                   shard_.shared_width, c.kv_lora_rank, qk});
+  if (options.mma_shared_x && options.mma_staged_x) {  // rows of the tensor-core GEMV's steps, as f16
+    m.x_half_bytes = cuda::QuantGemvMmaXHalfBytes(std::min(B, std::max(options.mma_max_rows, kMmaMaxRows)), widest);
+    K3_ASSIGN_OR_RETURN(uint8_t* xh, m.Alloc<uint8_t>(m.x_half_bytes));
+    K3_ASSIGN_OR_RETURN(uint8_t* xh_side, m.Alloc<uint8_t>(m.x_half_bytes));
+    m.x_half = xh;
+    m.x_half_side = xh_side;
+  }
   if (B > kMmaMaxRows) {  // steps with products on the tile GEMM (Product, products.h)
-    // The widest activations a GEMM of this engine reads, as f16: B rows of the widest input,
-    // or the B*K grouped expert rows.
-    const int64_t widest = std::max({H, D, c.q_lora_rank, nh * c.v_head_dim, L, shard_.dense_width,
-                                     shard_.shared_width, c.kv_lora_rank, qk});
+    // The GEMM's f16 copy of its activations: B rows of the widest input, or the B*K grouped
+    // expert rows.
     m.gemm_ws_bytes = (static_cast<size_t>(std::max(B * widest, B * K * std::max<int64_t>(Fw, 1))) * 2 + 255) / 256 * 256;
     K3_ASSIGN_OR_RETURN(uint8_t* gws, m.Alloc<uint8_t>(m.gemm_ws_bytes));
     m.gemm_ws = gws;
@@ -664,10 +677,14 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;
   // Every non-expert product of the step goes through here; st: the side stream, or nullptr for s.
   // Decode steps take the tensor-core GEMV up to mma_max_rows rows (CudaEngineOptions).
-  const MmaChoice mma{options_.mma_shared_x, v.run == 1 ? options_.mma_max_rows : kMmaMaxRows};
+  const MmaChoice mma{options_.mma_shared_x, v.run == 1 ? options_.mma_max_rows : kMmaMaxRows, m.x_half,
+                      m.x_half_bytes};
+  MmaChoice mma_side = mma;  // products on the side stream: its own x scratch
+  mma_side.x_half = m.x_half_side;
   auto Prod = [&](const DMat& w, const float* x, int64_t xs, float* y, int64_t ys, int64_t rows,
                   cudaStream_t st = nullptr) {
-    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows, mma);
+    return Product(w, x, xs, y, ys, rows, exact, gws, st != nullptr ? st : s, gemv_rows,
+                   st != nullptr && st != s ? mma_side : mma);
   };
   // The LM head: cuBLAS from kHeadBlasMinRows rows only (its f16 decode pass is ~1 ms).
   GemmScratch head_ws = gws;

@@ -141,6 +141,14 @@ struct CudaEngineOptions {
   // passes) KDA 10.59 -> 11.41, hence 64 (engine test WideMmaDecodeStepsAtLeastAsCloseAsLlamaCpp).
   // k3_cuda_decode_bench --mma-max-rows.
   int64_t mma_max_rows = 64;
+  // With mma_shared_x: each tensor-core GEMV first rounds its x to f16 A fragments once, into a
+  // scratch (QuantGemvDirectParams::x_half), which its blocks copy by cp.async a chunk ahead, instead
+  // of every block rounding its f32 x from L2 (H100, batch 64: the KDA q|k|v|g product 402 us against
+  // an HBM floor of 112, ~700 MB of f32 x through L2 beside 374 MB of weights). The same values, the
+  // same logits bit for bit. Off: NOT YET RUN ON A GPU (written in session 37 after its device time
+  // ran out; kernel test MmaSmallBatches and engine test MmaStagedXChangesNoValue cover it).
+  // k3_cuda_decode_bench --mma-staged-x.
+  bool mma_staged_x = false;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
   // the recurrence and the gated norm; a MoE layer's latent up-projection during the expert

@@ -142,6 +142,14 @@ bool TakesMma(const DMat& w, int64_t n, bool exact_only, int64_t gemv_max_rows, 
   return !exact_only && n > gemv_max_rows && n <= mma.max_rows && w.direct != nullptr &&
          cuda::QuantGemvMmaSupports(w.type, w.cols);
 }
+// p with mma's x scratch where it holds p's x (else each block rounds its own x).
+cuda::QuantGemvDirectParams MmaXHalf(cuda::QuantGemvDirectParams p, const MmaChoice& mma) {
+  if (mma.shared_x && mma.x_half != nullptr && cuda::QuantGemvMmaXHalfBytes(p.n_tokens, p.cols) <= mma.x_half_bytes) {
+    p.x_half = mma.x_half;
+    p.x_half_bytes = mma.x_half_bytes;
+  }
+  return p;
+}
 bool TakesGemv(const DMat& w, int64_t n, bool exact_only, const MmaChoice& mma) {
   return exact_only || n <= mma.max_rows || w.data == nullptr || !cuda::QuantGemmSupports(w.type) ||
          w.cols % 32 != 0;
@@ -161,7 +169,7 @@ cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, flo
   p.add_stride = add != nullptr ? y_stride : 0;
   p.accumulate = accumulate;
   p.mma_shared_x = mma.shared_x;
-  if (TakesMma(w, n, exact_only, gemv_max_rows, mma)) return cuda::QuantGemvMma(p, s);
+  if (TakesMma(w, n, exact_only, gemv_max_rows, mma)) return cuda::QuantGemvMma(MmaXHalf(p, mma), s);
   if (w.direct != nullptr && TakesGemv(w, n, exact_only, mma)) return cuda::QuantGemvDirect(p, s);
   return cudaErrorInvalidValue;
 }
@@ -171,7 +179,7 @@ cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, i
   if (TakesMma(w, n, exact_only, gemv_max_rows, mma)) {
     cuda::QuantGemvDirectParams p = DirectParams(w, x, x_stride, y, y_stride, n);
     p.mma_shared_x = mma.shared_x;
-    return cuda::QuantGemvMma(p, s);
+    return cuda::QuantGemvMma(MmaXHalf(p, mma), s);
   }
   if (TakesGemv(w, n, exact_only, mma)) return Gemv(w, x, x_stride, y, y_stride, n, s);
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);

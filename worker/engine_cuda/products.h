@@ -39,6 +39,9 @@ inline constexpr int64_t kMmaWideMaxRows = 256;
 struct MmaChoice {
   bool shared_x = false;
   int64_t max_rows = kMmaMaxRows;
+  // with shared_x: x rounded to f16 once into this scratch (QuantGemvDirectParams::x_half), or nullptr
+  void* x_half = nullptr;
+  size_t x_half_bytes = 0;
 };
 // The LM head (7168 -> 163840: 1.25 GB of Q8_0 decoded to f16 per call, ~1 ms) takes cuBLAS only
 // from this many rows (and CudaEngineOptions::blas_min_rows): H200, slice8, batch 64 the tile GEMM

@@ -85,6 +85,13 @@ struct QuantGemvDirectParams {
   // warps in shared memory, the columns split over a thread-block cluster). The same products, the
   // sums in another order (the engine's CudaEngineOptions::mma_shared_x decides, on by default).
   bool mma_shared_x = false;
+  // With mma_shared_x: a scratch (device, 16-byte aligned, at least QuantGemvMmaXHalfBytes(n_tokens,
+  // cols) bytes) where one launch first rounds all of x to the f16 A fragments the blocks would
+  // form, which they then copy by cp.async, the next chunk in flight while they work on one (no
+  // per-block rounding, half the bytes of f32 x through L2). The same values: the same results, bit
+  // for bit. nullptr: each block rounds its x itself.
+  void* x_half = nullptr;
+  size_t x_half_bytes = 0;
 };
 
 // True for kQ8_0 (repacked), kF32, kF16, kBF16.
@@ -126,6 +133,9 @@ inline constexpr int kQuantGemvMmaTokens = 16;  // tokens per pass; more are loo
 // step's weights (each weight read and turned into f16 once per 64 tokens). A token's result is the
 // same in any tile and pass.
 inline constexpr int kQuantGemvMmaSharedXTokens = 64;
+
+// Bytes QuantGemvDirectParams::x_half needs for n_tokens rows of cols: whole tiles of 16 tokens, f16.
+size_t QuantGemvMmaXHalfBytes(int64_t n_tokens, int64_t cols);
 
 // True for kQ8_0 (repacked) with cols a multiple of 64.
 bool QuantGemvMmaSupports(quant::GgmlType type, int64_t cols);

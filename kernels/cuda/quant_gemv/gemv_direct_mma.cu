@@ -35,7 +35,12 @@
 // weights become B fragments once and meet every tile's A fragments, so a weight is read and
 // converted once per 64 tokens, not per 16 (the 33..64-row decode steps that otherwise take
 // cuBLAS's f16 GEMM after a 5-byte-per-weight decode pass). A tile's mma are the one-tile form's,
-// in the same order: a token's bits do not depend on its tile or pass.
+// in the same order: a token's bits do not depend on its tile or pass. With a scratch
+// (QuantGemvDirectParams::x_half) one small launch (XHalfKernel) first rounds the whole call's x into
+// those fragments, and the blocks copy them by cp.async into two chunk buffers, the next chunk in
+// flight while they work on one: no exposed L2 latency per chunk, half the bytes, no rounding per
+// block (at 64 tokens a block's f32 x is 16 KB per step against 8 KB of weights). Not yet run on a
+// GPU (session 37).
 //
 // Numerics: w = f16(d·q) (q exact in f16, one rounding of the product, like the tile GEMM's f16
 // weights), x rounded to f16, products and sums in f32 inside the mma, slices (splits) added in
@@ -51,6 +56,7 @@
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/quant_gemv/gemv_direct_kernel.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mma_ptx.cuh"
 
 namespace k3::cuda {
 namespace direct_mma {
@@ -86,6 +92,12 @@ struct Args {
   const float* add;        // the epilogue's addend, this pass's token 0, or nullptr (gemv_direct.h)
   int64_t add_stride;
   bool accumulate;         // y += (sum + add)
+  // MmaSharedXKernel with QuantGemvDirectParams::x_half: this pass's x already as f16 A fragments
+  // (XHalfKernel's layout: [tile of 16 tokens][step][kStepWords]), from its first tile; copied per
+  // chunk by cp.async into a second buffer while the block works on the first. nullptr: each block
+  // rounds its x itself (StageX).
+  const uint32_t* xh;
+  int64_t xh_tile_words;   // words between xh's tiles: steps * kStepWords
 };
 
 struct Stage {
@@ -297,6 +309,47 @@ __device__ __forceinline__ void MmaStepTiles(float (&acc)[kTiles][kGroups][4], c
   }
 }
 
+// x of a whole call as f16 A fragments, once (QuantGemvDirectParams::x_half): item (tile, step,
+// half h, lane) writes what StageX writes for that step and tile into out + (tile·steps + step)·
+// kStepWords, so the blocks that read it get StageX's very values. x: a.x, a.n_tokens tokens.
+__global__ void __launch_bounds__(256) XHalfKernel(const Args a, uint32_t* out, int64_t items) {
+  PdlEnter();
+  const int64_t item = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (item >= items) return;
+  const int hl = static_cast<int>(item % 64), lane = hl & 31, h = hl >> 5;
+  const int64_t ts = item / 64;  // tile·steps + step
+  const int64_t tile = ts / a.steps, step = ts - tile * a.steps;
+  const int64_t tok = 16 * tile + (lane >> 2) + 8 * h;
+  float4 v[4];
+  if (tok < a.n_tokens) {
+    const float4* src = reinterpret_cast<const float4*>(a.x + tok * a.x_stride + step * kSpan + 16 * (lane & 3));
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = __ldg(src + j);
+  } else {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  uint4* const dst = reinterpret_cast<uint4*>(out + ts * kStepWords);
+  dst[h * 32 + lane] = make_uint4(PackHalf2(v[0].x, v[0].y), PackHalf2(v[1].x, v[1].y), PackHalf2(v[2].x, v[2].y),
+                                  PackHalf2(v[3].x, v[3].y));
+  dst[(2 + h) * 32 + lane] = make_uint4(PackHalf2(v[0].z, v[0].w), PackHalf2(v[1].z, v[1].w),
+                                        PackHalf2(v[2].z, v[2].w), PackHalf2(v[3].z, v[3].w));
+}
+
+// Steps [s0, s0 + n) of a.xh's kTiles tiles into xs ([step][tile][kStepWords], StageX's layout) by
+// 16-byte cp.async from every thread, committed as one group.
+template <int kTiles>
+__device__ __forceinline__ void CopyXHalf(const Args& a, uint32_t* xs, int s0, int n) {
+  constexpr int kUnits = kStepWords / 4;  // 16-byte units of one step and tile
+  for (int u = threadIdx.x; u < n * kTiles * kUnits; u += blockDim.x) {
+    const int st = u / kUnits, w = u - st * kUnits;  // st = sl·kTiles + tile
+    const int sl = st / kTiles, tile = st - sl * kTiles;
+    const uint32_t* src = a.xh + tile * a.xh_tile_words + static_cast<int64_t>(s0 + sl) * kStepWords + 4 * w;
+    ptx::CpAsync16(ptx::SmemAddr(xs + st * kStepWords + 4 * w), src, 16);
+  }
+  ptx::CpAsyncCommit();
+}
+
 // Registers bound the resident blocks: 4 for one tile (124 registers), fewer for the wider forms
 // (their accumulators and the step's B fragments).
 constexpr int MinSharedXBlocks(int tiles) { return tiles == 1 ? 4 : tiles == 2 ? 3 : 2; }
@@ -304,7 +357,8 @@ constexpr int MinSharedXBlocks(int tiles) { return tiles == 1 ? 4 : tiles == 2 ?
 template <int kTiles>
 __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) MmaSharedXKernel(const Args a) {
   PdlEnter();
-  // x fragments [chunk][kTiles][kStepWords]; then partials [warp][16·kTiles tokens][32 rows]
+  // x fragments [chunk][kTiles][kStepWords] (two such buffers with a.xh); then partials
+  // [warp][16·kTiles tokens][32 rows]
   extern __shared__ __align__(16) uint32_t smem[];
   constexpr int kTileTokens = 16 * kTiles;
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -318,14 +372,30 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
   float acc[kTiles][kGroups][4] = {};
   Stage cur, nxt;
   rows.Load(cur, s_lo);  // the weight stream first, then x (every split has a step: splits <= steps)
-  for (int c0 = s_lo; c0 < s_hi; c0 += a.chunk) {
+  // Pre-rounded x (a.xh): two chunk buffers, the next chunk's copy in flight during this one's steps.
+  const bool pre = a.xh != nullptr;
+  const int chunk_words = a.chunk * kTiles * kStepWords;
+  if (pre) CopyXHalf<kTiles>(a, smem, s_lo, min(a.chunk, s_hi - s_lo));
+  int buf = 0;
+  for (int c0 = s_lo; c0 < s_hi; c0 += a.chunk, buf ^= 1) {
     const int n = min(a.chunk, s_hi - c0);
-    if (c0 != s_lo) __syncthreads();  // every warp is done with the previous chunk's x
-    StageX<kTiles>(a, smem, c0, n);
-    __syncthreads();
+    uint32_t* const xs = smem + (pre ? buf * chunk_words : 0);
+    if (pre) {
+      if (c0 + a.chunk < s_hi) {
+        CopyXHalf<kTiles>(a, smem + (buf ^ 1) * chunk_words, c0 + a.chunk, min(a.chunk, s_hi - c0 - a.chunk));
+        ptx::CpAsyncWait<1>();  // this chunk's group is in (the next one may still fly)
+      } else {
+        ptx::CpAsyncWait<0>();
+      }
+      __syncthreads();  // every thread's copies of this chunk are visible
+    } else {
+      if (c0 != s_lo) __syncthreads();  // every warp is done with the previous chunk's x
+      StageX<kTiles>(a, xs, c0, n);
+      __syncthreads();
+    }
     for (int sl = 0; sl < n; ++sl) {
       if (c0 + sl + 1 < s_hi) rows.Load(nxt, c0 + sl + 1);
-      const uint4* const xf = reinterpret_cast<const uint4*>(smem + sl * kTiles * kStepWords) + lane;
+      const uint4* const xf = reinterpret_cast<const uint4*>(xs + sl * kTiles * kStepWords) + lane;
       if constexpr (kTiles == 1) {
         const uint4 f0 = xf[0], f1 = xf[32], f2 = xf[64], f3 = xf[96];
         const uint32_t a0[4] = {f0.x, f0.y, f0.z, f0.w}, a1[4] = {f1.x, f1.y, f1.z, f1.w};
@@ -336,6 +406,7 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
       }
       cur = nxt;
     }
+    if (pre) __syncthreads();  // every warp is done with xs before the copy of two chunks on refills it
   }
   __syncthreads();  // every warp is done with x: the buffer takes the partials
   float* const part = reinterpret_cast<float*>(smem);
@@ -371,6 +442,10 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
 }  // namespace
 }  // namespace direct_mma
 
+size_t QuantGemvMmaXHalfBytes(int64_t n_tokens, int64_t cols) {
+  return n_tokens <= 0 || cols <= 0 ? 0 : static_cast<size_t>((n_tokens + 15) / 16 * 16) * static_cast<size_t>(cols) * 2;
+}
+
 bool QuantGemvMmaSupports(quant::GgmlType type, int64_t cols) {
   return type == quant::GgmlType::kQ8_0 && cols > 0 && cols % direct_mma::kSpan == 0 && cols <= (int64_t{1} << 28);
 }
@@ -385,6 +460,10 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
   }
   if ((reinterpret_cast<uintptr_t>(p.weight) & 15u) != 0 || (reinterpret_cast<uintptr_t>(p.x) & 15u) != 0) {
     return cudaErrorMisalignedAddress;
+  }
+  if (p.mma_shared_x && p.x_half != nullptr &&
+      (p.x_half_bytes < QuantGemvMmaXHalfBytes(p.n_tokens, p.cols) || (reinterpret_cast<uintptr_t>(p.x_half) & 15u) != 0)) {
+    return cudaErrorInvalidValue;
   }
   if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
   const int64_t row_blocks = (p.rows + kRowsPerWarp - 1) / kRowsPerWarp;
@@ -422,6 +501,16 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
     smem = static_cast<size_t>(a.slices) * 16 * kRowsPerWarp * sizeof(float);
   }
   const int64_t pass_tokens = p.mma_shared_x ? kQuantGemvMmaSharedXTokens : kQuantGemvMmaTokens;
+  // x rounded to f16 fragments once for the whole call (x_half), one launch before the passes
+  const bool pre = p.mma_shared_x && p.x_half != nullptr;
+  if (pre) {
+    a.x = p.x;
+    a.n_tokens = static_cast<int32_t>(std::min<int64_t>(p.n_tokens, 0x7fffffff));
+    const int64_t items = (p.n_tokens + 15) / 16 * a.steps * 64;
+    K3_CUDA_CHECK(LaunchKernel(XHalfKernel, static_cast<unsigned>((items + 255) / 256), 256u, 0, stream, a,
+                               static_cast<uint32_t*>(p.x_half), items));
+  }
+  a.xh_tile_words = static_cast<int64_t>(a.steps) * kStepWords;
   for (int64_t t0 = 0; t0 < p.n_tokens; t0 += pass_tokens) {
     a.n_tokens = static_cast<int32_t>(std::min<int64_t>(pass_tokens, p.n_tokens - t0));
     a.x = p.x + t0 * p.x_stride;
@@ -430,9 +519,12 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
     if (p.mma_shared_x) {
       // tiles of 16 tokens; a chunk of x is kChunkSteps / tiles steps (at most 32 KB of fragments)
       const int tiles = (a.n_tokens + 15) / 16;
-      a.chunk = std::min(kChunkSteps / tiles, (a.steps + a.splits - 1) / a.splits);
-      // x fragments of a chunk, or the warps' partials after the loop (2 KB a warp and tile)
-      smem = static_cast<size_t>(std::max(a.chunk, a.warps)) * tiles * kStepWords * sizeof(uint32_t);
+      a.xh = pre ? static_cast<const uint32_t*>(p.x_half) + t0 / 16 * a.xh_tile_words : nullptr;
+      // pre-rounded x: two buffers of half the chunk (32 KB in all)
+      a.chunk = std::min((pre ? kChunkSteps / 2 : kChunkSteps) / tiles, (a.steps + a.splits - 1) / a.splits);
+      a.chunk = std::max(a.chunk, 1);
+      // x fragments of a chunk (two with pre), or the warps' partials after the loop (2 KB a warp and tile)
+      smem = static_cast<size_t>(std::max((pre ? 2 : 1) * a.chunk, a.warps)) * tiles * kStepWords * sizeof(uint32_t);
       auto* const kernel = tiles == 1   ? MmaSharedXKernel<1>
                            : tiles == 2 ? MmaSharedXKernel<2>
                            : tiles == 3 ? MmaSharedXKernel<3>
