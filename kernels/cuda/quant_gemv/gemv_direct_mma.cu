@@ -31,7 +31,7 @@
 // [quad][lane][4 words], one conflict-free LDS.128 per quad and lane) and its W warps all read it
 // there: x read once per 128 rows instead of per 32, rounded once. At the end the cluster's blocks
 // add the S splits' partials in split order (distributed shared memory), each block a share of the
-// outputs. A pass is up to 64 tokens, as 1..4 tiles of 16 (MmaSharedXKernel<kTiles>): each step's
+// outputs. A pass is up to 64 tokens, as 1..4 tiles of 16 (MmaSharedXKernel<kTiles, kPre>): each step's
 // weights become B fragments once and meet every tile's A fragments, so a weight is read and
 // converted once per 64 tokens, not per 16 (the 33..64-row decode steps that otherwise take
 // cuBLAS's f16 GEMM after a 5-byte-per-weight decode pass). A tile's mma are the one-tile form's,
@@ -86,7 +86,7 @@ struct Args {
   int32_t chunk;           // MmaSharedXKernel: steps of x staged at a time (<= kChunkSteps)
   const float* x;          // this pass's token 0, [n_tokens][x_stride]
   int64_t x_stride;
-  int32_t n_tokens;        // 1..16 (MmaKernel), 1..16·kTiles (MmaSharedXKernel<kTiles>)
+  int32_t n_tokens;        // 1..16 (MmaKernel), 1..16·kTiles (MmaSharedXKernel<kTiles, kPre>)
   float* y;                // [n_tokens][y_stride]
   int64_t y_stride;
   const float* add;        // the epilogue's addend, this pass's token 0, or nullptr (gemv_direct.h)
@@ -354,7 +354,8 @@ __device__ __forceinline__ void CopyXHalf(const Args& a, uint32_t* xs, int s0, i
 // (their accumulators and the step's B fragments).
 constexpr int MinSharedXBlocks(int tiles) { return tiles == 1 ? 4 : tiles == 2 ? 3 : 2; }
 
-template <int kTiles>
+// kPre: x comes pre-rounded (a.xh, cp.async into two buffers); otherwise each block rounds it (StageX).
+template <int kTiles, bool kPre>
 __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) MmaSharedXKernel(const Args a) {
   PdlEnter();
   // x fragments [chunk][kTiles][kStepWords] (two such buffers with a.xh); then partials
@@ -373,14 +374,14 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
   Stage cur, nxt;
   rows.Load(cur, s_lo);  // the weight stream first, then x (every split has a step: splits <= steps)
   // Pre-rounded x (a.xh): two chunk buffers, the next chunk's copy in flight during this one's steps.
-  const bool pre = a.xh != nullptr;
+  constexpr bool pre = kPre;
   const int chunk_words = a.chunk * kTiles * kStepWords;
-  if (pre) CopyXHalf<kTiles>(a, smem, s_lo, min(a.chunk, s_hi - s_lo));
+  if constexpr (pre) CopyXHalf<kTiles>(a, smem, s_lo, min(a.chunk, s_hi - s_lo));
   int buf = 0;
   for (int c0 = s_lo; c0 < s_hi; c0 += a.chunk, buf ^= 1) {
     const int n = min(a.chunk, s_hi - c0);
     uint32_t* const xs = smem + (pre ? buf * chunk_words : 0);
-    if (pre) {
+    if constexpr (pre) {
       if (c0 + a.chunk < s_hi) {
         CopyXHalf<kTiles>(a, smem + (buf ^ 1) * chunk_words, c0 + a.chunk, min(a.chunk, s_hi - c0 - a.chunk));
         ptx::CpAsyncWait<1>();  // this chunk's group is in (the next one may still fly)
@@ -406,7 +407,7 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
       }
       cur = nxt;
     }
-    if (pre) __syncthreads();  // every warp is done with xs before the copy of two chunks on refills it
+    if constexpr (pre) __syncthreads();  // every warp is done with xs before the copy of two chunks on refills it
   }
   __syncthreads();  // every warp is done with x: the buffer takes the partials
   float* const part = reinterpret_cast<float*>(smem);
@@ -525,10 +526,14 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
       a.chunk = std::max(a.chunk, 1);
       // x fragments of a chunk (two with pre), or the warps' partials after the loop (2 KB a warp and tile)
       smem = static_cast<size_t>(std::max((pre ? 2 : 1) * a.chunk, a.warps)) * tiles * kStepWords * sizeof(uint32_t);
-      auto* const kernel = tiles == 1   ? MmaSharedXKernel<1>
-                           : tiles == 2 ? MmaSharedXKernel<2>
-                           : tiles == 3 ? MmaSharedXKernel<3>
-                                        : MmaSharedXKernel<4>;
+      auto* const kernel = pre ? (tiles == 1   ? MmaSharedXKernel<1, true>
+                                  : tiles == 2 ? MmaSharedXKernel<2, true>
+                                  : tiles == 3 ? MmaSharedXKernel<3, true>
+                                               : MmaSharedXKernel<4, true>)
+                               : (tiles == 1   ? MmaSharedXKernel<1, false>
+                                  : tiles == 2 ? MmaSharedXKernel<2, false>
+                                  : tiles == 3 ? MmaSharedXKernel<3, false>
+                                               : MmaSharedXKernel<4, false>);
       K3_CUDA_CHECK(LaunchKernelInClusters(kernel, blocks, threads, smem, stream, cluster, a));
     } else {
       K3_CUDA_CHECK(LaunchKernel(MmaKernel, blocks, threads, smem, stream, a));
