@@ -241,6 +241,16 @@ __global__ void __launch_bounds__(32 * kMaxSlices) MmaKernel(const Args a) {
   }
 }
 
+// One item of x's fragments: token g + 8h's 16 columns of a step (v, as four float4) into quad h
+// (the (0, 1) pairs: a0 / a1 of mma j = 0..3) and quad 2 + h (the (2, 3) pairs: a2 / a3) of the
+// step's kStepWords at `step`, lane's word.
+__device__ __forceinline__ void StoreFragments(uint4* step, int h, int lane, const float4 (&v)[4]) {
+  step[h * 32 + lane] = make_uint4(PackHalf2(v[0].x, v[0].y), PackHalf2(v[1].x, v[1].y), PackHalf2(v[2].x, v[2].y),
+                                   PackHalf2(v[3].x, v[3].y));
+  step[(2 + h) * 32 + lane] = make_uint4(PackHalf2(v[0].z, v[0].w), PackHalf2(v[1].z, v[1].w),
+                                         PackHalf2(v[2].z, v[2].w), PackHalf2(v[3].z, v[3].w));
+}
+
 // x of steps [s0, s0 + n) into xs as f16 A fragments, kTiles tiles of 16 tokens a step: item
 // (step, tile, half h, lane (g, t)) reads token 16·tile + g + 8h's 16 columns 64·step + 16t .. + 15
 // (zeros past n_tokens) and writes quad h of the step's tile (the (0, 1) pairs of its four float4:
@@ -271,13 +281,8 @@ __device__ __forceinline__ void StageX(const Args& a, uint32_t* xs, int s0, int 
     for (int k = 0; k < kItems; ++k) {
       const int item = base + k * blockDim.x, lane = item & 31, h = (item >> 5) & 1;
       if (item >= n * kStepItems) break;
-      const float4* v = u[k];
       // (item >> 6) = sl·kTiles + tile: the fragments of step sl, tile `tile`
-      uint4* const step = reinterpret_cast<uint4*>(xs + (item >> 6) * kStepWords);
-      step[h * 32 + lane] = make_uint4(PackHalf2(v[0].x, v[0].y), PackHalf2(v[1].x, v[1].y),
-                                       PackHalf2(v[2].x, v[2].y), PackHalf2(v[3].x, v[3].y));
-      step[(2 + h) * 32 + lane] = make_uint4(PackHalf2(v[0].z, v[0].w), PackHalf2(v[1].z, v[1].w),
-                                             PackHalf2(v[2].z, v[2].w), PackHalf2(v[3].z, v[3].w));
+      StoreFragments(reinterpret_cast<uint4*>(xs + (item >> 6) * kStepWords), h, lane, u[k]);
     }
   }
 }
@@ -329,11 +334,7 @@ __global__ void __launch_bounds__(256) XHalfKernel(const Args a, uint32_t* out, 
 #pragma unroll
     for (int j = 0; j < 4; ++j) v[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
-  uint4* const dst = reinterpret_cast<uint4*>(out + ts * kStepWords);
-  dst[h * 32 + lane] = make_uint4(PackHalf2(v[0].x, v[0].y), PackHalf2(v[1].x, v[1].y), PackHalf2(v[2].x, v[2].y),
-                                  PackHalf2(v[3].x, v[3].y));
-  dst[(2 + h) * 32 + lane] = make_uint4(PackHalf2(v[0].z, v[0].w), PackHalf2(v[1].z, v[1].w),
-                                        PackHalf2(v[2].z, v[2].w), PackHalf2(v[3].z, v[3].w));
+  StoreFragments(reinterpret_cast<uint4*>(out + ts * kStepWords), h, lane, v);
 }
 
 // Steps [s0, s0 + n) of a.xh's kTiles tiles into xs ([step][tile][kStepWords], StageX's layout) by
