@@ -86,22 +86,21 @@ class CudaGoldenTest : public ::testing::Test {
     prompts_ = ReadPrompts();
     ASSERT_EQ(prompts_.size(), 4u);
   }
-  std::unique_ptr<CudaEngine> Open(bool f16, bool graphs, int64_t prefill_chunk = 512, bool exact = false,
-                                   bool tc_mla_decode = false, bool int8_expert_x = false, int64_t max_batch = 4,
-                                   int64_t blas_min_rows = 512, int64_t mla_mha_min_rows = 512,
-                                   bool fused_residual = false, bool fused_gate_up = true,
-                                   int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
-                                   bool residual_epilogue = true, int64_t cache_tokens = 4096,
-                                   bool grouped_expert_gemv = false, int64_t moe_gemv_max_rows = 64,
-                                   bool mma_shared_x = false, int64_t mla_head_gemv_max_rows = 32,
-                                   int64_t mma_max_rows = 32, bool mma_staged_x = false) {
+  // The fixture's reference options (not the engine's defaults: the plain paths the fast ones are
+  // checked against); a test sets any other field by name before OpenWith.
+  static CudaEngineOptions ReferenceOptions(bool f16, bool graphs, int64_t prefill_chunk = 512, bool exact = false,
+                                            bool tc_mla_decode = false, bool int8_expert_x = false,
+                                            int64_t max_batch = 4, int64_t blas_min_rows = 512,
+                                            int64_t mla_mha_min_rows = 512, bool fused_residual = false,
+                                            bool fused_gate_up = true,
+                                            int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
+                                            bool residual_epilogue = true, int64_t cache_tokens = 4096) {
     CudaEngineOptions opt;
-    opt.mma_staged_x = mma_staged_x;
-    opt.mma_max_rows = mma_max_rows;
-    opt.mla_head_gemv_max_rows = mla_head_gemv_max_rows;
-    opt.grouped_expert_gemv = grouped_expert_gemv;
-    opt.moe_gemv_max_rows = moe_gemv_max_rows;
-    opt.mma_shared_x = mma_shared_x;
+    opt.grouped_expert_gemv = false;
+    opt.moe_gemv_max_rows = 64;
+    opt.mma_shared_x = false;
+    opt.mla_head_gemv_max_rows = 32;
+    opt.mma_max_rows = 32;
     opt.residual_epilogue = residual_epilogue;
     opt.l2_prefetch_mb = l2_prefetch_mb;
     opt.fused_residual = fused_residual;
@@ -119,9 +118,17 @@ class CudaGoldenTest : public ::testing::Test {
     opt.cache_f16 = f16;
     opt.use_graphs = graphs;
     opt.verbose = false;
+    return opt;
+  }
+  std::unique_ptr<CudaEngine> OpenWith(const CudaEngineOptions& opt) {
     auto e = CudaEngine::Open(kGolden + "k3-golden-a.gguf", opt);
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
+  }
+  // Open(ReferenceOptions's arguments): an engine of the reference options.
+  template <class... Args>
+  std::unique_ptr<CudaEngine> Open(Args... args) {
+    return OpenWith(ReferenceOptions(args...));
   }
   // The same n_seqs sequences decoded `steps` steps by two engines (DecodeBatches): bit-identical
   // logits.
@@ -134,6 +141,15 @@ class CudaGoldenTest : public ::testing::Test {
       EXPECT_EQ(0, std::memcmp(got_a[q].data(), got_b[q].data(), got_a[q].size() * sizeof(float)))
           << what << ": batch of " << n_seqs << ", sequence " << q;
     }
+  }
+  // DecodeCopiesAtLeastAsCloseAsLlamaCpp on an engine of `opt` sized for the copies.
+  void DecodeCopiesOn(CudaEngineOptions opt, int copies, SeqId id0) {
+    opt.max_batch = copies * static_cast<int64_t>(prompts_.size());
+    opt.max_seqs = std::max<int64_t>(8, opt.max_batch);
+    opt.cache_tokens = copies * 512;
+    auto e = OpenWith(opt);
+    ASSERT_NE(e, nullptr);
+    DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, copies, id0);
   }
   // `copies` copies of the four prompts (ids id0..) decoded side by side, one token per sequence and
   // step until each prompt ends: the first three copies held to llama.cpp's closeness to ref-a, every
@@ -310,9 +326,10 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
   for (bool graphs : {true, false}) {
     for (int64_t n_seqs : {int64_t{2}, int64_t{4}, int64_t{12}}) {
       const int64_t mb = std::max<int64_t>(4, n_seqs);
-      auto grouped = Open(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb, 512, 512, false, true, 0, true,
-                          4096, /*grouped_expert_gemv=*/true);
-      auto pairs = Open(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb);
+      CudaEngineOptions opt = ReferenceOptions(false, graphs, 512, false, false, /*int8_expert_x=*/true, mb);
+      auto pairs = OpenWith(opt);
+      opt.grouped_expert_gemv = true;
+      auto grouped = OpenWith(opt);
       ASSERT_TRUE(grouped && pairs);
       ExpectSameDecodeBatches(*grouped, *pairs, n_seqs, 8, "graphs " + std::to_string(graphs));
     }
@@ -325,10 +342,14 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
 TEST_F(CudaGoldenTest, MmaStagedXChangesNoValue) {
   for (bool graphs : {true, false}) {
     for (int64_t n_seqs : {int64_t{12}, int64_t{40}}) {
-      auto staged = Open(false, graphs, 512, false, false, true, n_seqs, 512, 512, false, true, 0, true, 4096, true,
-                         64, /*mma_shared_x=*/true, 128, /*mma_max_rows=*/64, /*mma_staged_x=*/true);
-      auto plain = Open(false, graphs, 512, false, false, true, n_seqs, 512, 512, false, true, 0, true, 4096, true, 64,
-                        /*mma_shared_x=*/true, 128, /*mma_max_rows=*/64);
+      CudaEngineOptions opt = ReferenceOptions(false, graphs, 512, false, false, /*int8_expert_x=*/true, n_seqs);
+      opt.grouped_expert_gemv = true;
+      opt.mma_shared_x = true;
+      opt.mla_head_gemv_max_rows = 128;
+      opt.mma_max_rows = 64;
+      auto plain = OpenWith(opt);
+      opt.mma_staged_x = true;
+      auto staged = OpenWith(opt);
       ASSERT_TRUE(staged && plain);
       ExpectSameDecodeBatches(*staged, *plain, n_seqs, 6, "graphs " + std::to_string(graphs));
     }
@@ -340,10 +361,11 @@ TEST_F(CudaGoldenTest, MmaStagedXChangesNoValue) {
 // GEMVs' bit for bit (the step's other products, past 32 rows, on the tile GEMM in both).
 TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPairPast64Rows) {
   constexpr int64_t kSeqs = 80;
-  auto grouped = Open(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs, 512, 512, false, true, 0, true,
-                      4096, /*grouped_expert_gemv=*/true, /*moe_gemv_max_rows=*/128);
-  auto pairs = Open(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs, 512, 512, false, true, 0, true,
-                    4096, /*grouped_expert_gemv=*/false, /*moe_gemv_max_rows=*/128);
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512, false, false, /*int8_expert_x=*/true, kSeqs);
+  opt.moe_gemv_max_rows = 128;
+  auto pairs = OpenWith(opt);
+  opt.grouped_expert_gemv = true;
+  auto grouped = OpenWith(opt);
   ASSERT_TRUE(grouped && pairs);
   ExpectSameDecodeBatches(*grouped, *pairs, kSeqs, 4, "past 64 rows");
 }
@@ -486,12 +508,9 @@ TEST_F(CudaGoldenTest, Int8ExpertInputsAtLeastAsCloseAsLlamaCpp) {
 // 64 sequences run (the first 64 steps) and per (token, expert) pair after.
 TEST_F(CudaGoldenTest, LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
   for (const int copies : {3, 36}) {
-    const int64_t n_seqs = copies * static_cast<int64_t>(prompts_.size());
-    auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false, n_seqs,
-                  /*blas_min_rows=*/copies > 3 ? 33 : 512, 512, false, true, 0, true,
-                  /*cache_tokens=*/copies * 512);
-    ASSERT_NE(e, nullptr);
-    DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, copies, 800);
+    CudaEngineOptions opt = ReferenceOptions(false, true);
+    opt.blas_min_rows = copies > 3 ? 33 : 512;
+    DecodeCopiesOn(opt, copies, 800);
   }
 }
 
@@ -500,12 +519,10 @@ TEST_F(CudaGoldenTest, LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
 // the step as LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp's 36 copies. Held to its bars, copies
 // bit-identical (a row's product does not depend on its pass).
 TEST_F(CudaGoldenTest, MlaHeadGemvStackPast32RowsAtLeastAsCloseAsLlamaCpp) {
-  constexpr int kCopies = 36;
-  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false,
-                kCopies * static_cast<int64_t>(prompts_.size()), /*blas_min_rows=*/33, 512, false, true, 0, true,
-                /*cache_tokens=*/kCopies * 512, false, 64, false, /*mla_head_gemv_max_rows=*/256);
-  ASSERT_NE(e, nullptr);
-  DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, kCopies, 1000);
+  CudaEngineOptions opt = ReferenceOptions(false, true);
+  opt.blas_min_rows = 33;
+  opt.mla_head_gemv_max_rows = 256;
+  DecodeCopiesOn(opt, 36, 1000);
 }
 
 // The engine's default options as served with --int8-experts (grouped expert GEMV up to 256 rows,
@@ -513,16 +530,11 @@ TEST_F(CudaGoldenTest, MlaHeadGemvStackPast32RowsAtLeastAsCloseAsLlamaCpp) {
 // 144 and 12 sequences side by side: held to the same bars, copies bit-identical.
 TEST_F(CudaGoldenTest, DefaultOptionsDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
   for (const int copies : {3, 36}) {
-    CudaEngineOptions opt;
+    CudaEngineOptions opt;  // the engine's defaults
     opt.int8_expert_x = true;
-    opt.max_batch = copies * static_cast<int64_t>(prompts_.size());
-    opt.max_seqs = opt.max_batch;
-    opt.cache_tokens = copies * 512;
     opt.page_size = 16;
     opt.verbose = false;
-    auto e = CudaEngine::Open(kGolden + "k3-golden-a.gguf", opt);
-    ASSERT_TRUE(e.ok()) << e.status();
-    DecodeCopiesAtLeastAsCloseAsLlamaCpp(**e, copies, 1400);
+    DecodeCopiesOn(opt, copies, 1400);
   }
 }
 
@@ -531,12 +543,11 @@ TEST_F(CudaGoldenTest, DefaultOptionsDecodeBatchesAtLeastAsCloseAsLlamaCpp) {
 // MLA heads stacked, side streams and stacked KDA projections as in small steps. Held to the bars
 // of LargeDecodeBatchesAtLeastAsCloseAsLlamaCpp, copies bit-identical.
 TEST_F(CudaGoldenTest, WideMmaDecodeStepsAtLeastAsCloseAsLlamaCpp) {
-  constexpr int kCopies = 36;
-  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false,
-                kCopies * static_cast<int64_t>(prompts_.size()), /*blas_min_rows=*/33, 512, false, true, 0, true,
-                /*cache_tokens=*/kCopies * 512, false, 64, /*mma_shared_x=*/true, 32, /*mma_max_rows=*/256);
-  ASSERT_NE(e, nullptr);
-  DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, kCopies, 1200);
+  CudaEngineOptions opt = ReferenceOptions(false, true);
+  opt.blas_min_rows = 33;
+  opt.mma_shared_x = true;
+  opt.mma_max_rows = 256;
+  DecodeCopiesOn(opt, 36, 1200);
 }
 
 // mma_shared_x: decode steps of 9..32 rows on the tensor-core GEMV's second form (x staged once per
@@ -544,12 +555,9 @@ TEST_F(CudaGoldenTest, WideMmaDecodeStepsAtLeastAsCloseAsLlamaCpp) {
 // products, the sums in another order; held to the same bars (12 sequences: every step of the
 // longer prompts' first 9+ rows on it, copies bit-identical).
 TEST_F(CudaGoldenTest, MmaSharedXAtLeastAsCloseAsLlamaCpp) {
-  constexpr int kCopies = 3;
-  auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/false, /*int8_expert_x=*/false,
-                kCopies * static_cast<int64_t>(prompts_.size()), 512, 512, false, true, 0, true,
-                /*cache_tokens=*/kCopies * 512, false, 64, /*mma_shared_x=*/true);
-  ASSERT_NE(e, nullptr);
-  DecodeCopiesAtLeastAsCloseAsLlamaCpp(*e, kCopies, 900);
+  CudaEngineOptions opt = ReferenceOptions(false, true);
+  opt.mma_shared_x = true;
+  DecodeCopiesOn(opt, 3, 900);
 }
 
 // tc_mla_decode: decode steps on the tensor-core MLA attention (f16 q, cache rows and softmax

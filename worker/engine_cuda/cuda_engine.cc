@@ -75,7 +75,8 @@ struct CudaEngine::Impl : DGlobals {
   void* gemm_ws = nullptr;  // the GEMM's f16 copy of its activations
   size_t gemm_ws_bytes = 0;
   // mma_staged_x: the tensor-core GEMV's x as f16 fragments (QuantGemvDirectParams::x_half), one
-  // scratch per stream (a product on the side stream may run beside one on the main stream)
+  // scratch per stream (with side_streams a product on the side stream may run beside one on the
+  // main stream; without a side scratch those products round their x per block)
   void* x_half = nullptr;
   void* x_half_side = nullptr;
   size_t x_half_bytes = 0;
@@ -346,11 +347,13 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   const int64_t widest = std::max({H, D, c.q_lora_rank, nh * c.v_head_dim, L, shard_.dense_width,
                                    shard_.shared_width, c.kv_lora_rank, qk});
   if (options.mma_shared_x && options.mma_staged_x) {  // rows of the tensor-core GEMV's steps, as f16
-    m.x_half_bytes = cuda::QuantGemvMmaXHalfBytes(std::min(B, std::max(options.mma_max_rows, kMmaMaxRows)), widest);
+    m.x_half_bytes = cuda::QuantGemvMmaXHalfBytes(std::min(B, options.mma_max_rows), widest);
     K3_ASSIGN_OR_RETURN(uint8_t* xh, m.Alloc<uint8_t>(m.x_half_bytes));
-    K3_ASSIGN_OR_RETURN(uint8_t* xh_side, m.Alloc<uint8_t>(m.x_half_bytes));
     m.x_half = xh;
-    m.x_half_side = xh_side;
+    if (options.side_streams) {
+      K3_ASSIGN_OR_RETURN(uint8_t* xh_side, m.Alloc<uint8_t>(m.x_half_bytes));
+      m.x_half_side = xh_side;
+    }
   }
   if (B > kMmaMaxRows) {  // steps with products on the tile GEMM (Product, products.h)
     // The GEMM's f16 copy of its activations: B rows of the widest input, or the B*K grouped

@@ -375,14 +375,13 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
   Stage cur, nxt;
   rows.Load(cur, s_lo);  // the weight stream first, then x (every split has a step: splits <= steps)
   // Pre-rounded x (a.xh): two chunk buffers, the next chunk's copy in flight during this one's steps.
-  constexpr bool pre = kPre;
   const int chunk_words = a.chunk * kTiles * kStepWords;
-  if constexpr (pre) CopyXHalf<kTiles>(a, smem, s_lo, min(a.chunk, s_hi - s_lo));
+  if constexpr (kPre) CopyXHalf<kTiles>(a, smem, s_lo, min(a.chunk, s_hi - s_lo));
   int buf = 0;
   for (int c0 = s_lo; c0 < s_hi; c0 += a.chunk, buf ^= 1) {
     const int n = min(a.chunk, s_hi - c0);
-    uint32_t* const xs = smem + (pre ? buf * chunk_words : 0);
-    if constexpr (pre) {
+    uint32_t* const xs = smem + (kPre ? buf * chunk_words : 0);
+    if constexpr (kPre) {
       if (c0 + a.chunk < s_hi) {
         CopyXHalf<kTiles>(a, smem + (buf ^ 1) * chunk_words, c0 + a.chunk, min(a.chunk, s_hi - c0 - a.chunk));
         ptx::CpAsyncWait<1>();  // this chunk's group is in (the next one may still fly)
@@ -408,7 +407,7 @@ __global__ void __launch_bounds__(32 * kSharedWarps, MinSharedXBlocks(kTiles)) M
       }
       cur = nxt;
     }
-    if constexpr (pre) __syncthreads();  // every warp is done with xs before the copy of two chunks on refills it
+    if constexpr (kPre) __syncthreads();  // every warp is done with xs before the copy of two chunks on refills it
   }
   __syncthreads();  // every warp is done with x: the buffer takes the partials
   float* const part = reinterpret_cast<float*>(smem);
@@ -524,7 +523,6 @@ cudaError_t QuantGemvMma(const QuantGemvDirectParams& p, cudaStream_t stream) {
       a.xh = pre ? static_cast<const uint32_t*>(p.x_half) + t0 / 16 * a.xh_tile_words : nullptr;
       // pre-rounded x: two buffers of half the chunk (32 KB in all)
       a.chunk = std::min((pre ? kChunkSteps / 2 : kChunkSteps) / tiles, (a.steps + a.splits - 1) / a.splits);
-      a.chunk = std::max(a.chunk, 1);
       // x fragments of a chunk (two with pre), or the warps' partials after the loop (2 KB a warp and tile)
       smem = static_cast<size_t>(std::max((pre ? 2 : 1) * a.chunk, a.warps)) * tiles * kStepWords * sizeof(uint32_t);
       auto* const kernel = pre ? (tiles == 1   ? MmaSharedXKernel<1, true>
