@@ -40,8 +40,8 @@
 // (CudaEngineOptions::mla_head_gemv_max_rows);
 // --mma-max-rows N: decode steps of up to N (32..256) rows run their Q8_0 products on the
 // tensor-core GEMV, larger ones on cuBLAS / the tile GEMM (CudaEngineOptions::mma_max_rows);
-// --mma-staged-x: the tensor-core GEMV's x rounded to f16 once per product into a scratch
-// (CudaEngineOptions::mma_staged_x);
+// --mma-unstaged-x: the tensor-core GEMV's blocks round their f32 x themselves, not from the f16
+// scratch rounded once per product (CudaEngineOptions::mma_staged_x off; --mma-staged-x: on, the default);
 // --mma-per-warp-x: the tensor-core GEMV's first form, x read per warp, passes of 16 rows
 // (CudaEngineOptions::mma_shared_x off; --mma-shared-x: on, the default);
 // --no-residual-epilogue: output products write a delta that AddInto launches add to the residual
@@ -155,7 +155,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--grouped-experts") grouped_expert_gemv = true;  // (the default now)
     else if (a == "--mma-shared-x") mma_shared_x = true;  // (the default now)
     else if (a == "--per-pair-experts") grouped_expert_gemv = false;  // CudaEngineOptions::grouped_expert_gemv off
-    else if (a == "--mma-staged-x") mma_staged_x = true;  // CudaEngineOptions::mma_staged_x on
+    else if (a == "--mma-staged-x") mma_staged_x = true;  // (the default now)
+    else if (a == "--mma-unstaged-x") mma_staged_x = false;  // CudaEngineOptions::mma_staged_x off
     else if (a == "--mma-per-warp-x") mma_shared_x = false;  // CudaEngineOptions::mma_shared_x off
     else if (a == "--no-residual-epilogue") residual_epilogue = false;  // CudaEngineOptions::residual_epilogue off
     else if (a == "--l2-prefetch") l2_prefetch_mb = std::stoll(next());  // CudaEngineOptions::l2_prefetch_mb

@@ -99,6 +99,7 @@ class CudaGoldenTest : public ::testing::Test {
     opt.grouped_expert_gemv = false;
     opt.moe_gemv_max_rows = 64;
     opt.mma_shared_x = false;
+    opt.mma_staged_x = false;
     opt.mla_head_gemv_max_rows = 32;
     opt.mma_max_rows = 32;
     opt.residual_epilogue = residual_epilogue;
@@ -336,9 +337,9 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
   }
 }
 
-// mma_staged_x: the tensor-core GEMV's x rounded to f16 once per product into a scratch (one per
-// stream) instead of per block: the same values, so the same logits bit for bit, in decode steps of
-// 12 rows (one tile) and 40 (three tiles of a 64-row pass), graphs and eager.
+// mma_staged_x (the default): the tensor-core GEMV's x rounded to f16 once per product into a
+// scratch (one per stream) instead of per block: the same values, so the same logits bit for bit,
+// in decode steps of 12 rows (one tile) and 40 (three tiles of a 64-row pass), graphs and eager.
 TEST_F(CudaGoldenTest, MmaStagedXChangesNoValue) {
   for (bool graphs : {true, false}) {
     for (int64_t n_seqs : {int64_t{12}, int64_t{40}}) {
@@ -347,6 +348,7 @@ TEST_F(CudaGoldenTest, MmaStagedXChangesNoValue) {
       opt.mma_shared_x = true;
       opt.mla_head_gemv_max_rows = 128;
       opt.mma_max_rows = 64;
+      opt.mma_staged_x = false;
       auto plain = OpenWith(opt);
       opt.mma_staged_x = true;
       auto staged = OpenWith(opt);

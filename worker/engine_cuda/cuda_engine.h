@@ -145,10 +145,11 @@ struct CudaEngineOptions {
   // scratch (QuantGemvDirectParams::x_half), which its blocks copy by cp.async a chunk ahead, instead
   // of every block rounding its f32 x from L2 (H100, batch 64: the KDA q|k|v|g product 402 us against
   // an HBM floor of 112, ~700 MB of f32 x through L2 beside 374 MB of weights). The same values, the
-  // same logits bit for bit. Off: NOT YET RUN ON A GPU (written in session 37 after its device time
-  // ran out; kernel test MmaSmallBatches and engine test MmaStagedXChangesNoValue cover it).
-  // k3_cuda_decode_bench --mma-staged-x.
-  bool mma_staged_x = false;
+  // same logits bit for bit (kernel test MmaSmallBatches, engine test MmaStagedXChangesNoValue).
+  // H100, slice8, int8 experts, 4k, against off in one call (two rounds each): batch 16
+  // 1152.7 / 1122.6 -> 1156.7 / 1166.0 tok/s, 32 1440.9 / 1352.9 -> 1476.7 / 1490.4, 64
+  // 1752.1 / 1647.6 -> 1811.3 / 1816.5. k3_cuda_decode_bench --mma-unstaged-x turns it off.
+  bool mma_staged_x = true;
   // Decode steps of up to 16 rows prefetch into L2 up to this many MiB of a product's weights
   // where HBM would otherwise idle before it: a KDA layer's output projection during the convs,
   // the recurrence and the gated norm; a MoE layer's latent up-projection during the expert
