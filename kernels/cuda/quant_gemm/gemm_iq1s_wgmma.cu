@@ -56,59 +56,65 @@ static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
 
 // ---- wgmma -------------------------------------------------------------------------------------
 
-// d[0 .. N/2) += A (64×16, this thread's fragment a) · B (16×N at desc), f16 in, f32 accumulate.
+// The B descriptor's high word (DescSw128): stride 1024 bytes between 8-row groups, 128-byte swizzle.
+constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
+
+// d[0 .. N/2) += A (64×16, this thread's fragment a) · B (16×N at the descriptor whose low word is
+// desc_lo and high word kDescHi), f16 in, f32 accumulate. The descriptor is put together inside the
+// asm from two 32-bit words, so a k16 step's descriptor is one 32-bit add of a constant (as a
+// 64-bit value the compiler spent ~5 uniform instructions per wgmma on it).
 template <int N>
-__device__ __forceinline__ void WgmmaRs(float (&d)[64], const uint32_t (&a)[4], uint64_t desc);
+__device__ __forceinline__ void WgmmaRs(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo);
 
 template <>
-__device__ __forceinline__ void WgmmaRs<32>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+__device__ __forceinline__ void WgmmaRs<32>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %21, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%20, %21};\nsetp.ne.b32 p, %22, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
-      "%14, %15}, {%16, %17, %18, %19}, %20, p, 1, 1, 0;\n}\n"
+      "%14, %15}, {%16, %17, %18, %19}, d, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
 }
 
 template <>
-__device__ __forceinline__ void WgmmaRs<64>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+__device__ __forceinline__ void WgmmaRs<64>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%36, %37};\nsetp.ne.b32 p, %38, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
       "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, "
-      "%35}, %36, p, 1, 1, 0;\n}\n"
+      "%35}, d, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
 }
 
 template <>
-__device__ __forceinline__ void WgmmaRs<96>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+__device__ __forceinline__ void WgmmaRs<96>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %53, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%52, %53};\nsetp.ne.b32 p, %54, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
       "%14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, "
-      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, %52, p, 1, 1, 0;\n}\n"
+      "%36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47}, {%48, %49, %50, %51}, d, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]),
         "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
         "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
 }
 
 template <>
-__device__ __forceinline__ void WgmmaRs<128>(float (&d)[64], const uint32_t (&a)[4], uint64_t desc) {
+__device__ __forceinline__ void WgmmaRs<128>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%68, %69};\nsetp.ne.b32 p, %70, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
       "%13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, "
       "%35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, "
-      "%57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, %68, p, 1, 1, 0;\n}\n"
+      "%57, %58, %59, %60, %61, %62, %63}, {%64, %65, %66, %67}, d, p, 1, 1, 0;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]),
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
@@ -117,7 +123,7 @@ __device__ __forceinline__ void WgmmaRs<128>(float (&d)[64], const uint32_t (&a)
         "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]),
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
 }
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -135,13 +141,12 @@ __device__ __forceinline__ void FenceAcc(float (&d)[64]) {
   for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
-// Matrix descriptor of a K-major tile with the 128-byte swizzle at shared address `addr` (the
-// swizzle atom, 8 rows × 128 bytes, 1024-byte aligned; a k16 step inside it adds 32 bytes):
-// start >> 4, leading offset 1 (unused with this swizzle), stride 1024 bytes between 8-row groups.
-__device__ __forceinline__ uint64_t DescSw128(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3ffffu) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
-}
+// Low word of the matrix descriptor of a K-major tile with the 128-byte swizzle at shared address
+// `addr` (the swizzle atom, 8 rows × 128 bytes, 1024-byte aligned; a k16 step inside it adds 32
+// bytes): start >> 4 in bits 0-13, leading offset 1 (unused with this swizzle) in bits 16-29; the
+// high word is kDescHi. Adding (bytes >> 4) for a step inside the tile never carries out of the
+// start field (shared addresses < 256 KiB).
+__device__ __forceinline__ uint32_t DescSw128Lo(uint32_t addr) { return ((addr & 0x3ffffu) >> 4) | (1u << 16); }
 
 // ---- IQ1_S decode by byte selection --------------------------------------------------------------
 
@@ -278,22 +283,6 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
     const int width = (n_tok + 31) / 32;  // 1..4
-    auto mma = [&](int v, const uint32_t(&A)[8][4]) {
-      const uint64_t desc = DescSw128(xs_addr + (v % kXStages) * kXStageBytes);
-      auto steps = [&]<int N>() {
-#pragma unroll
-        for (int s = 0; s < 8; ++s) WgmmaRs<N>(acc, A[s], desc + (((s >> 2) * kAtomBytes + (s & 3) * 32) >> 4));
-      };
-      if (width == 1) {
-        steps.template operator()<32>();
-      } else if (width == 2) {
-        steps.template operator()<64>();
-      } else if (width == 3) {
-        steps.template operator()<96>();
-      } else {
-        steps.template operator()<128>();
-      }
-    };
 
     // ---- pipeline ----
     // Group G_v holds X(v) (and chunk v/2 for even v); G_0 .. G_{D-1} in the prologue, G_{w+D} in
@@ -305,38 +294,57 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     //   raw stage of chunk c = (w+D)/2: chunk c-2 was last decoded (window 2c-3) in iteration
     //     2c-4 <= w-1 since 2·2 >= D+1;
     //   A[(w+1)%2]: last read by wgmma(w-1), waited for (wait_group 1) just before the decode.
+    // The whole loop is instantiated per wgmma width N (one branch per tile, not per window), so
+    // each window's fence, 8 wgmma and commit are straight-line code: the compiler puts the commit
+    // on the last wgmma (with the width chosen per window it added an empty wgmma after the merge).
     const int nw = a.cols / kWK;  // even: cols is whole 256-element blocks
+    auto pipeline = [&]<int N>() {
+      auto mma = [&](int v, const uint32_t(&A)[8][4]) {
+        const uint32_t desc_lo = DescSw128Lo(xs_addr + (v % kXStages) * kXStageBytes);
 #pragma unroll
-    for (int v = 0; v < kDist; ++v) {
-      if (v < nw) issue_group(v);
-      CpAsyncCommit();
-    }
-    uint32_t A0[8][4], A1[8][4];
-    CpAsyncWait<kDist - 1>();
-    FenceProxyAsync();
-    __syncthreads();  // G_0 (chunk 0, X(0))
-    decode(0, A0);
-    auto window = [&](int w, const uint32_t(&cur)[8][4], uint32_t(&next)[8][4]) {
-      CpAsyncWait<kDist - 2>();
+        for (int s = 0; s < 8; ++s) WgmmaRs<N>(acc, A[s], desc_lo + (((s >> 2) * kAtomBytes + (s & 3) * 32) >> 4));
+      };
+#pragma unroll
+      for (int v = 0; v < kDist; ++v) {
+        if (v < nw) issue_group(v);
+        CpAsyncCommit();
+      }
+      uint32_t A0[8][4], A1[8][4];
+      CpAsyncWait<kDist - 1>();
       FenceProxyAsync();
-      __syncthreads();
-      if (w + kDist < nw) issue_group(w + kDist);
-      CpAsyncCommit();
-      FenceAcc(acc);
-      WgmmaFence();
-      mma(w, cur);
-      WgmmaCommit();
-      WgmmaWait<1>();
-      FenceAcc(acc);
-      if (w + 1 < nw) decode(w + 1, next);
-    };
+      __syncthreads();  // G_0 (chunk 0, X(0))
+      decode(0, A0);
+      auto window = [&](int w, const uint32_t(&cur)[8][4], uint32_t(&next)[8][4]) {
+        CpAsyncWait<kDist - 2>();
+        FenceProxyAsync();
+        __syncthreads();
+        if (w + kDist < nw) issue_group(w + kDist);
+        CpAsyncCommit();
+        FenceAcc(acc);
+        WgmmaFence();
+        mma(w, cur);
+        WgmmaCommit();
+        WgmmaWait<1>();
+        FenceAcc(acc);
+        if (w + 1 < nw) decode(w + 1, next);
+      };
 #pragma unroll 1
-    for (int w = 0; w < nw; w += 2) {
-      window(w, A0, A1);
-      window(w + 1, A1, A0);
+      for (int w = 0; w < nw; w += 2) {
+        window(w, A0, A1);
+        window(w + 1, A1, A0);
+      }
+      WgmmaWait<0>();
+      FenceAcc(acc);
+    };
+    if (width == 1) {
+      pipeline.template operator()<32>();
+    } else if (width == 2) {
+      pipeline.template operator()<64>();
+    } else if (width == 3) {
+      pipeline.template operator()<96>();
+    } else {
+      pipeline.template operator()<128>();
     }
-    WgmmaWait<0>();
-    FenceAcc(acc);
     CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit
 
     // ---- epilogue: acc[4j + q] = tile row trow + 8(q/2), token 8j + 2tq + q%2 ----
