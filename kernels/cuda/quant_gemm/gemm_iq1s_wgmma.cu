@@ -177,21 +177,74 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel)
 
 // The 32 weights of group ib of the IQ1_S block at `blk` (shared, 2-byte aligned) as 16 f16 pairs:
 // pairs[4l + j] = weights 8l + 2j, 8l + 2j + 1 (low half first). !valid: all zeros (the scale is
-// taken as 0, so `blk` may hold anything; no branch around the decode).
+// taken as 0, so `blk` may hold anything; no branch around the decode). The four grid rows
+// (Iq1sGroupF16::GridRow: qs byte l | 3 bits of qh << 8) are put together by PRMT from the two
+// halves of qs and two words holding the qh bits byte by byte: 3 instructions fewer per row than
+// shifting and masking each (the same rows).
 __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool valid, const uint2* sel_grid,
                                                 uint32_t (&pairs)[16]) {
   const Iq1sGroupF16 q(blk, ib, valid);
   const uint32_t lo = AsU32(__hmul2(q.kd2, q.d2));                                       // w(0), w(0)
   const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), q.k2, q.kd2), q.d2));  // w(-1), w(+1)
+  const uint32_t h01 = (q.qh & 7u) | ((q.qh << 5) & 0x700u);          // bytes: qh bits 0-2, 3-5
+  const uint32_t h23 = ((q.qh >> 6) & 7u) | ((q.qh >> 1) & 0x700u);   // bytes: qh bits 6-8, 9-11
+  const uint32_t rows[4] = {__byte_perm(q.qs, h01, 0x7640u), __byte_perm(q.qs, h01, 0x7651u),
+                            __byte_perm(q.qs, h23, 0x7642u), __byte_perm(q.qs, h23, 0x7653u)};
 #pragma unroll
   for (int l = 0; l < 4; ++l) {
-    const uint2 s = sel_grid[q.GridRow(l)];
+    const uint2 s = sel_grid[rows[l]];
     pairs[4 * l + 0] = Prmt(lo, hi, s.x);  // PRMT reads the low 16 bits of the selector
     pairs[4 * l + 1] = Prmt(lo, hi, s.x >> 16);
     pairs[4 * l + 2] = Prmt(lo, hi, s.y);
     pairs[4 * l + 3] = Prmt(lo, hi, s.y >> 16);
   }
 }
+
+// The raw chunk copies of a tile (RawChunkCopy's, gemm_impl.cuh, for IQ1_S's one block per chunk)
+// with 32-bit offsets inside the matrix (GemmLaunchIq1sWgmma takes matrices of < 2^31 bytes): a
+// thread's two rows (passes) and their offsets are fixed for the tile, so a chunk costs each pass
+// an add, a mask and the clamp of its byte count before the cp.async (RawChunkCopy's 64-bit
+// arithmetic took ~50 instructions per thread and chunk).
+template <bool kGateUp>
+struct Iq1sChunkCopy {
+  static constexpr int kPieces = G::kLanesPerRow, kRowsPerPass = 32 / kPieces, kPassRows = 8 * kRowsPerPass;
+  static_assert(kBM == 2 * kPassRows, "two passes of rows per tile");
+  const uint8_t* base[2];  // the pass's matrix (kGateUp: pass 1 is the up matrix)
+  uint32_t first[2];       // the row's first byte in its matrix
+  uint32_t dst[2];         // the piece's shared offset in a stage
+  uint32_t piece16;        // 16·piece
+  bool valid[2];
+
+  __device__ __forceinline__ Iq1sChunkCopy(const Args& a, const uint8_t* wbase, const uint8_t* wbase_up, int64_t r0,
+                                           int n_rows, int tid) {
+    const int lane = tid & 31, warp = tid >> 5, piece = lane % kPieces;
+    const int row_first = warp * kRowsPerPass + lane / kPieces;
+    piece16 = 16u * piece;
+#pragma unroll
+    for (int ps = 0; ps < 2; ++ps) {
+      const int r = row_first + ps * kPassRows;      // stage row
+      const int mrow = kGateUp ? r % (kBM / 2) : r;  // the row's place in the tile of its matrix
+      base[ps] = kGateUp && ps == 1 ? wbase_up : wbase;
+      first[ps] = static_cast<uint32_t>((r0 + mrow) * a.row_bytes);
+      dst[ps] = static_cast<uint32_t>(r * G::kRegion) + piece16;
+      valid[ps] = mrow < n_rows;
+    }
+  }
+
+  // Chunk c (block c of every row) into `stage` ([kBM][kRegion] bytes), as RawChunkCopy::Issue: the
+  // piece's 16 bytes from the 16-byte boundary at or before the chunk, the bytes past the chunk's
+  // end (and rows past the tile) zero-filled, nothing read past the matrix.
+  __device__ __forceinline__ void Issue(int c, uint8_t* stage) const {
+#pragma unroll
+    for (int ps = 0; ps < 2; ++ps) {
+      const uint32_t g = first[ps] + static_cast<uint32_t>(c) * F::kBlockBytes;
+      const uint32_t src = (g & ~15u) + piece16;
+      const int left = static_cast<int>(g + F::kBlockBytes - src);  // the chunk's bytes from src on
+      const uint32_t bytes = valid[ps] && left > 0 ? static_cast<uint32_t>(min(left, 16)) : 0u;
+      CpAsync16Zfill(stage + dst[ps], base[ps] + (bytes != 0 ? src : 0u), bytes);
+    }
+  }
+};
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
@@ -228,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     __syncthreads();  // s_xrow (and, for the first tile, the selector grid)
 
     // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
-    const RawChunkCopy<F, kThreads, kGateUp> raw_copy(a, r0, n_rows, tid);
+    const Iq1sChunkCopy<kGateUp> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
     // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i; piece qq lands in K half
     // qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x and past
     // the tile are zero-filled (no read).
@@ -248,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       const int col = v * kWK;
 #pragma unroll
       for (int i = 0; i < kXItems; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
-      if (v % 2 == 0) raw_copy.Issue(a, wbase, v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion), wbase_up);
+      if (v % 2 == 0) raw_copy.Issue(v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
     };
 
     // ---- decode of window v into A fragments: stage rows mrow and mrow + 8, group 4·(v%2) + tq;
@@ -410,6 +463,8 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 }  // namespace
 
 cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream) {
+  // Iq1sChunkCopy's weight offsets are 32-bit: matrices of up to 2 GiB (11 G IQ1_S weights)
+  if (a.rows * static_cast<int64_t>(a.row_bytes) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
   const void* kernel = reinterpret_cast<const void*>(fn);
   constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXStages * kXStageBytes;
