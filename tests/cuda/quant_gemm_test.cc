@@ -26,6 +26,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -324,7 +325,7 @@ struct GroupedCase {
   int64_t rows, cols;
   int64_t n_src;          // activation rows (tokens)
   std::vector<int32_t> offsets;  // [n_groups + 1]
-  std::vector<int32_t> x_rows;   // [offsets.back()]
+  std::vector<int32_t> x_rows;   // [offsets.back()], or empty: no x_rows (then n_src = n_tokens_bound)
   int64_t n_tokens_bound; // >= offsets.back()
   int64_t n_pool;         // distinct matrices; groups pick one through mat_ids (0: none, matrix g)
   bool split = false;
@@ -389,7 +390,7 @@ std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in,
   p.mat_ids = c.n_pool > 0 ? d_ids.get() : nullptr;
   p.x = d_x.get();
   p.x_stride = in.x_stride;
-  p.x_rows = d_rows.get();
+  p.x_rows = c.x_rows.empty() ? nullptr : d_rows.get();  // empty: x row p for sequence row p
   p.y = d_y.get();
   p.y_stride = in.y_stride;
   p.n_tokens = c.n_tokens_bound;
@@ -742,6 +743,19 @@ TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
   const BitDiff diff = CompareBits(from_half, from_f32);
   EXPECT_TRUE(diff.differ == 0 && diff.zero_sign == 0)
       << "down from the f16 output: " << diff.differ << " outputs differ (first at " << diff.first << ")";
+
+  // The same down product with its x rows in place (no x_rows, as the engine's prefill runs it),
+  // from f32 and from the f16 output: bit for bit the gathered form's.
+  GroupedCase in_place = d;
+  in_place.x_rows.clear();
+  const std::vector<float> tma_f32 = LaunchGrouped(in_place, down);
+  const std::vector<float> tma_half = LaunchGrouped(in_place, down, nullptr, nullptr, &act_half);
+  ASSERT_FALSE(tma_f32.empty() || tma_half.empty());
+  for (const auto& [got, want, name] : {std::tuple{&tma_f32, &from_f32, "from f32"}, std::tuple{&tma_half, &from_half, "from f16"}}) {
+    const BitDiff dd = CompareBits(*got, *want);
+    EXPECT_TRUE(dd.differ == 0 && dd.zero_sign == 0)
+        << "down with x in place, " << name << ": " << dd.differ << " outputs differ (first at " << dd.first << ")";
+  }
 }
 
 TEST(QuantGemmTest, GraphCaptureAndReplay) {
