@@ -362,6 +362,7 @@ GroupedInputs MakeGroupedInputs(const GroupedCase& c, uint64_t seed) {
   in.x = Normal(rng, c.n_src * in.x_stride, 0.0, 1.0);
   in.x_rows.assign(c.n_tokens_bound, -7);  // entries past the total are never read
   std::copy(c.x_rows.begin(), c.x_rows.end(), in.x_rows.begin());
+  if (c.x_rows.empty()) std::iota(in.x_rows.begin(), in.x_rows.end(), 0);  // in place: what the reference reads
   return in;
 }
 
@@ -675,7 +676,7 @@ std::vector<float> SituOnGpu(const std::vector<float>& g, const std::vector<floa
 // (200 rows), and plain with partial row and token tiles.
 TEST(QuantGemmTest, Iq1sGateUpSituIsGateUpThenSituBitForBit) {
   K3_REQUIRE_GPU();
-  QuantGemmParams probe;
+  QuantGemmParams probe{};  // no shape: rows 0
   probe.type = GgmlType::kIQ1_S;
   if (!QuantGemmGateUpSupports(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
   std::mt19937_64 rng(61);
@@ -713,7 +714,7 @@ TEST(QuantGemmTest, Iq1sGateUpSituIsGateUpThenSituBitForBit) {
 // f32 (rows past the groups are never read, so they may differ: NaN in f32, unwritten in f16).
 TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
   K3_REQUIRE_GPU();
-  QuantGemmParams probe;
+  QuantGemmParams probe{};  // no shape: rows 0
   probe.type = GgmlType::kIQ1_S;
   if (!QuantGemmGateUpSupports(probe) || !QuantGemmTakesHalfX(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
   std::mt19937_64 rng(71);
@@ -748,10 +749,11 @@ TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
   // from f32 and from the f16 output: bit for bit the gathered form's.
   GroupedCase in_place = d;
   in_place.x_rows.clear();
-  const std::vector<float> tma_f32 = LaunchGrouped(in_place, down);
-  const std::vector<float> tma_half = LaunchGrouped(in_place, down, nullptr, nullptr, &act_half);
-  ASSERT_FALSE(tma_f32.empty() || tma_half.empty());
-  for (const auto& [got, want, name] : {std::tuple{&tma_f32, &from_f32, "from f32"}, std::tuple{&tma_half, &from_half, "from f16"}}) {
+  const std::vector<float> in_place_f32 = LaunchGrouped(in_place, down);
+  const std::vector<float> in_place_half = LaunchGrouped(in_place, down, nullptr, nullptr, &act_half);
+  ASSERT_FALSE(in_place_f32.empty() || in_place_half.empty());
+  for (const auto& [got, want, name] :
+       {std::tuple{&in_place_f32, &from_f32, "from f32"}, std::tuple{&in_place_half, &from_half, "from f16"}}) {
     const BitDiff dd = CompareBits(*got, *want);
     EXPECT_TRUE(dd.differ == 0 && dd.zero_sign == 0)
         << "down with x in place, " << name << ": " << dd.differ << " outputs differ (first at " << dd.first << ")";

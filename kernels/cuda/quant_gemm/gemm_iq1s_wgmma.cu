@@ -56,7 +56,8 @@ static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
 
 // ---- wgmma -------------------------------------------------------------------------------------
 
-// The B descriptor's high word (DescSw128): stride 1024 bytes between 8-row groups, 128-byte swizzle.
+// The B descriptor's high word: bits 32-45 the stride between 8-row groups (1024 bytes >> 4), bit
+// 62 (bit 30 of this word) the 128-byte swizzle. The low word is DescSw128Lo's.
 constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
 
 // d[0 .. N/2) += A (64×16, this thread's fragment a) · B (16×N at the descriptor whose low word is
@@ -210,7 +211,7 @@ struct Iq1sChunkCopy {
   static constexpr int kPieces = G::kLanesPerRow, kRowsPerPass = 32 / kPieces, kPassRows = 8 * kRowsPerPass;
   static_assert(kBM == 2 * kPassRows, "two passes of rows per tile");
   const uint8_t* base[2];  // the pass's matrix (kGateUp: pass 1 is the up matrix)
-  uint32_t first[2];       // the row's first byte in its matrix
+  uint32_t row_off[2];     // the row's byte offset in its matrix
   uint32_t dst[2];         // the piece's shared offset in a stage
   uint32_t piece16;        // 16·piece
   bool valid[2];
@@ -225,7 +226,7 @@ struct Iq1sChunkCopy {
       const int r = row_first + ps * kPassRows;      // stage row
       const int mrow = kGateUp ? r % (kBM / 2) : r;  // the row's place in the tile of its matrix
       base[ps] = kGateUp && ps == 1 ? wbase_up : wbase;
-      first[ps] = static_cast<uint32_t>((r0 + mrow) * a.row_bytes);
+      row_off[ps] = static_cast<uint32_t>((r0 + mrow) * a.row_bytes);
       dst[ps] = static_cast<uint32_t>(r * G::kRegion) + piece16;
       valid[ps] = mrow < n_rows;
     }
@@ -237,7 +238,7 @@ struct Iq1sChunkCopy {
   __device__ __forceinline__ void Issue(int c, uint8_t* stage) const {
 #pragma unroll
     for (int ps = 0; ps < 2; ++ps) {
-      const uint32_t g = first[ps] + static_cast<uint32_t>(c) * F::kBlockBytes;
+      const uint32_t g = row_off[ps] + static_cast<uint32_t>(c) * F::kBlockBytes;
       const uint32_t src = (g & ~15u) + piece16;
       const int left = static_cast<int>(g + F::kBlockBytes - src);  // the chunk's bytes from src on
       const uint32_t bytes = valid[ps] && left > 0 ? static_cast<uint32_t>(min(left, 16)) : 0u;
@@ -331,7 +332,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       }
     };
 
-    // ---- the window's 8 k16-steps on the tensor cores, N = the tile's tokens rounded up to 32 ----
+    // ---- accumulators; the wgmma width N is the tile's tokens rounded up to 32 ----
     float acc[64];
 #pragma unroll
     for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
@@ -463,7 +464,8 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 }  // namespace
 
 cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream) {
-  // Iq1sChunkCopy's weight offsets are 32-bit: matrices of up to 2 GiB (11 G IQ1_S weights)
+  // Iq1sChunkCopy's weight offsets are 32-bit: matrices under 2 GiB (WgmmaSmsFor sends larger
+  // ones to the mma.sync kernel; this guards the launcher itself)
   if (a.rows * static_cast<int64_t>(a.row_bytes) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
   const void* kernel = reinterpret_cast<const void*>(fn);

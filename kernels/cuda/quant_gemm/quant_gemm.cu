@@ -253,7 +253,9 @@ cudaError_t PrepareArgs(const QuantGemmParams& p, int64_t bm, int64_t bn, bool p
 
 // The multiprocessors the IQ1_S wgmma kernel runs on for p, or 0 when p takes another kernel.
 int WgmmaSmsFor(const QuantGemmParams& p) {
-  return p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode && p.token_tile == 0
+  // (matrices under 2 GiB: the kernel's weight offsets are 32-bit; larger ones take mma.sync)
+  return p.wgmma && p.type == quant::GgmlType::kIQ1_S && !p.split_x && !p.generic_decode && p.token_tile == 0 &&
+                 p.rows * static_cast<int64_t>(p.row_bytes) < (int64_t{1} << 31)
              ? WgmmaSms()
              : 0;
 }

@@ -111,8 +111,8 @@ struct QuantGemmGateUpParams {
   void* y_half = nullptr;
 };
 
-// True when QuantGemmGateUpSitu takes `gate` (IQ1_S, no split_x or test knobs, the wgmma kernel
-// on this device and build).
+// True when QuantGemmGateUpSitu takes `gate` (IQ1_S, no split_x or test knobs, a matrix of under
+// 2 GiB, the wgmma kernel on this device and build).
 bool QuantGemmGateUpSupports(const QuantGemmParams& gate);
 
 // True when p may take x_half (the same condition: p runs on the wgmma kernel).
