@@ -331,7 +331,10 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.wloc, F(B * K));
   K3_ASSIGN_OR_RETURN(m.ids, m.Alloc<int32_t>(B * K));
   K3_ASSIGN_OR_RETURN(m.idloc, m.Alloc<int32_t>(B * K));
-  if (B > 1 && c.n_experts > 0) {  // steps that group the MoE by expert (GEMM, or grouped GEMV passes)
+  // Steps that group the MoE by expert (GEMM, or grouped GEMV passes): of 2 rows or more, and of
+  // one row too on a rank that holds only some experts (the passes then hold only its own).
+  const bool some_experts = shard_.expert_begin != 0 || shard_.n_experts != c.n_experts;
+  if ((B > 1 || some_experts) && c.n_experts > 0) {
     const int64_t El = std::max<int64_t>(shard_.n_experts, 1);
     K3_ASSIGN_OR_RETURN(m.group_offsets, m.Alloc<int32_t>(El + 1));
     K3_ASSIGN_OR_RETURN(m.group_rows, m.Alloc<int32_t>(B * K));
@@ -1206,8 +1209,13 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         return cuda::MoeCombineGrouped(cp, s);
       };
       // Decode steps of a few rows: the pairs grouped into passes of two positions of one expert
-      // on the grouped GEMV (each expert's rows decoded once per pass).
-      const bool rows_grouped = !moe_grouped && n > 1 && options_.int8_expert_x && options_.grouped_expert_gemv &&
+      // on the grouped GEMV (each expert's rows decoded once per pass). One-row steps too where this
+      // rank holds only some experts: the per-pair GEMVs would run all K pairs, another rank's
+      // experts as local expert 0 with weight 0 (LocalExperts), so ~K·(1 - 1/ranks) products for
+      // nothing; the passes hold this rank's pairs only.
+      const bool all_experts_here = shard_.expert_begin == 0 && shard_.n_experts == E;
+      const bool rows_grouped = !moe_grouped && (n > 1 || !all_experts_here) && options_.int8_expert_x &&
+                                options_.grouped_expert_gemv &&
                                 m.group_offsets != nullptr &&
                                 GemvStackGroupedSupports(w.gate_exps, w.up_exps, w.down_exps, m.r, m.ge);
       if (moe_grouped) {
