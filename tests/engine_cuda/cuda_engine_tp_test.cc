@@ -105,6 +105,33 @@ std::vector<float> RunTokens(CudaEngine& e, const std::vector<int32_t>& toks, Se
   return all;
 }
 
+// The prompts decoded side by side on e (sequences id0, id0 + 1, ...; one token each per step while
+// a prompt lasts; graphs as e has them); returns each prompt's [rows][band], empty after a failure.
+std::vector<std::vector<float>> DecodeSideBySide(CudaEngine& e, const std::vector<std::vector<int32_t>>& prompts,
+                                                 SeqId id0) {
+  const int64_t band = e.shard().vocab_width;
+  std::vector<std::vector<float>> mine(prompts.size());
+  size_t longest = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    EXPECT_TRUE(e.Add(id0 + p).ok());
+    longest = std::max(longest, prompts[p].size());
+  }
+  for (size_t t = 0; t < longest; ++t) {
+    std::vector<SeqInput> batch;
+    std::vector<size_t> which;
+    for (size_t p = 0; p < prompts.size(); ++p) {
+      if (t >= prompts[p].size()) continue;
+      batch.push_back({static_cast<SeqId>(id0 + p), std::span<const int32_t>(&prompts[p][t], 1), true});
+      which.push_back(p);
+    }
+    auto r = e.Forward(batch);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return {};
+    for (size_t j = 0; j < which.size(); ++j) mine[which[j]].insert(mine[which[j]].end(), r->row(j), r->row(j) + band);
+  }
+  return mine;
+}
+
 // [rows][band] of every rank -> [rows][vocab] on every rank.
 std::vector<float> GatherBands(const std::vector<float>& band, int64_t rows, int64_t width) {
   std::vector<float> all(band.size() * g_size);
@@ -206,24 +233,8 @@ TEST_F(TpGoldenTest, BatchedGraphsMatchEagerAndReference) {
   auto tp = CudaEngine::Open(Model(), GroupOptions(g_size, true));
   ASSERT_TRUE(tp.ok()) << tp.status();
   const int64_t V = (*tp)->config().vocab, band = (*tp)->shard().vocab_width;
-  std::vector<std::vector<float>> mine(prompts_.size());
-  size_t longest = 0;
-  for (size_t p = 0; p < prompts_.size(); ++p) {
-    ASSERT_TRUE((*tp)->Add(600 + p).ok());
-    longest = std::max(longest, prompts_[p].size());
-  }
-  for (size_t t = 0; t < longest; ++t) {
-    std::vector<SeqInput> batch;
-    std::vector<size_t> which;
-    for (size_t p = 0; p < prompts_.size(); ++p) {
-      if (t >= prompts_[p].size()) continue;
-      batch.push_back({static_cast<SeqId>(600 + p), std::span<const int32_t>(&prompts_[p][t], 1), true});
-      which.push_back(p);
-    }
-    auto r = (*tp)->Forward(batch);
-    ASSERT_TRUE(r.ok()) << r.status();
-    for (size_t j = 0; j < which.size(); ++j) mine[which[j]].insert(mine[which[j]].end(), r->row(j), r->row(j) + band);
-  }
+  const std::vector<std::vector<float>> mine = DecodeSideBySide(**tp, prompts_, 600);
+  ASSERT_EQ(mine.size(), prompts_.size());
   tp->reset();
   auto eager = CudaEngine::Open(Model(), GroupOptions(g_size, false));
   ASSERT_TRUE(eager.ok()) << eager.status();
@@ -260,28 +271,14 @@ TEST_F(TpGoldenTest, Int8ExpertsDecodeAtLeastAsCloseAsLlamaCpp) {
   ASSERT_TRUE(tp.ok()) << tp.status();
   const int64_t V = (*tp)->config().vocab, band = (*tp)->shard().vocab_width;
   std::vector<float> ref_all, tok_all, batch_all;
-  std::vector<std::vector<float>> mine(prompts_.size());
-  size_t longest = 0;
   for (size_t p = 0; p < prompts_.size(); ++p) {
     const auto ref = k3::testing::ReadF32File(GoldenDir() + "ref-a.p" + std::to_string(p) + ".f32");
     ref_all.insert(ref_all.end(), ref.begin(), ref.end());
     const auto tok = GatherBands(RunTokens(**tp, prompts_[p], 900 + p), prompts_[p].size(), band);
     tok_all.insert(tok_all.end(), tok.begin(), tok.end());
-    ASSERT_TRUE((*tp)->Add(920 + p).ok());
-    longest = std::max(longest, prompts_[p].size());
   }
-  for (size_t t = 0; t < longest; ++t) {  // the four prompts side by side, a token each per step
-    std::vector<SeqInput> batch;
-    std::vector<size_t> which;
-    for (size_t p = 0; p < prompts_.size(); ++p) {
-      if (t >= prompts_[p].size()) continue;
-      batch.push_back({static_cast<SeqId>(920 + p), std::span<const int32_t>(&prompts_[p][t], 1), true});
-      which.push_back(p);
-    }
-    auto r = (*tp)->Forward(batch);
-    ASSERT_TRUE(r.ok()) << r.status();
-    for (size_t j = 0; j < which.size(); ++j) mine[which[j]].insert(mine[which[j]].end(), r->row(j), r->row(j) + band);
-  }
+  const std::vector<std::vector<float>> mine = DecodeSideBySide(**tp, prompts_, 920);
+  ASSERT_EQ(mine.size(), prompts_.size());
   for (size_t p = 0; p < prompts_.size(); ++p) {
     const auto got = GatherBands(mine[p], static_cast<int64_t>(prompts_[p].size()), band);
     batch_all.insert(batch_all.end(), got.begin(), got.end());

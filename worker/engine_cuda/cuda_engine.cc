@@ -1243,10 +1243,9 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       } else {
         // A rank holding every expert uses the router's ids and weights as they are; one token's
         // (token, expert) pairs all read its row of m.r (a shared x: no copy per pair).
-        const bool all_local = shard_.expert_begin == 0 && shard_.n_experts == E;
-        const int32_t* ids_l = all_local ? m.ids : m.idloc;
-        const float* wts_l = all_local ? m.wts : m.wloc;
-        if (!all_local) {
+        const int32_t* ids_l = all_experts_here ? m.ids : m.idloc;
+        const float* wts_l = all_experts_here ? m.wts : m.wloc;
+        if (!all_experts_here) {
           K3_CU(LocalExperts(m.ids, m.wts, n * K, shard_.expert_begin, shard_.n_experts, m.idloc, m.wloc, s));
         }
         const float* xe = n == 1 ? m.r : m.xe;
