@@ -11,7 +11,8 @@
 // A-fragment slot (step s, position p) of thread tq holds weight 32·tq + 4·s + r with r = p%2 + 2·(p/8 % 2),
 // and the pre-pass (quant_gemm.cu, XToHalfKernel) writes x permuted the same way, so every product
 // pairs the same weight and activation as before, only summed in another order.
-// Pipeline (D = kDist windows of loads in flight; one cp.async group and one barrier per window):
+// Pipeline (D = XGeo<N>::kDist windows of loads in flight, 3 to 5 by the wgmma width N; one cp.async
+// group and one barrier per window):
 //   window w:  wait for the loads of window w+1 -> barrier -> issue the loads of window w+D ->
 //              wgmma(w) on A[w%2] (asynchronous) -> wait for wgmma(w-1) -> decode window w+1 into
 //              A[(w+1)%2] while wgmma(w) runs.
@@ -42,16 +43,26 @@ using G = Geo<F>;  // raw chunk = one 256-element block per row (50 bytes in a r
 constexpr int kThreads = 256;                 // two warpgroups
 constexpr int kBN = kWgmmaTokens;             // tokens per tile
 constexpr int kWK = 128;                      // K elements per window
-constexpr int kAtomBytes = kBN * 128;         // the tile's 64-element K half, 128 bytes per token
-constexpr int kXStageBytes = 2 * kAtomBytes;  // one window of the X tile
-constexpr int kDist = 2;                      // windows of loads in flight
-constexpr int kXStages = kDist + 2;           // see the reuse conditions at the main loop
-constexpr int kRawStages = 2;                 // chunk c reuses c - 2's stage: needs 2·2 >= kDist + 1
+constexpr int kXRegionBytes = 5 * 2 * kBN * 128;  // the X stages: 5 windows of 128 tokens, more of fewer
+constexpr int kRawStages = 3;                      // chunk c reuses c - 3's stage: needs 2·3 >= D + 1
 constexpr int kRawBytes = kRawStages * kBM * G::kRegion;
+// The X stages of a tile whose wgmma width is N tokens: a window is two K halves of N rows × 128
+// bytes (N·256 bytes), as many stages as the region holds, and D windows of loads in flight: as
+// many as the reuse conditions at the main loop allow (X: stages >= D + 2; raw: 2·kRawStages >=
+// D + 1). N = 128: 5 stages, D = 3; 96: 6, 4; 64 and 32: 10 and 20, 5. Short tiles, most of a
+// grouped product's, get the most loads in flight, where one window's wgmma is the shortest.
+template <int N>
+struct XGeo {
+  static constexpr int kAtomBytes = N * 128;  // a 64-element K half, 128 bytes per token
+  static constexpr int kStageBytes = 2 * kAtomBytes;
+  static constexpr int kStages = kXRegionBytes / kStageBytes;
+  static constexpr int kDist = std::min(kStages - 2, 2 * kRawStages - 1);
+  static_assert(kAtomBytes % 1024 == 0, "swizzle atoms of 8 rows");
+  static_assert(kDist >= 2 && kStages >= kDist + 2 && 2 * kRawStages >= kDist + 1);
+};
 constexpr int kSelectorGridBytes = 2048 * 8;  // StageIq1sSelectorGrid
 constexpr int kSituLd = 68;                   // floats per token row of the gate|up epilogue's tiles
-static_assert(2 * kBN * kSituLd * 4 <= kXStages * kXStageBytes, "the epilogue's tiles reuse the X stages");
-static_assert(2 * kRawStages >= kDist + 1 && kDist >= 2);
+static_assert(2 * kBN * kSituLd * 4 <= kXRegionBytes, "the epilogue's tiles reuse the X stages");
 static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
 
 // ---- wgmma -------------------------------------------------------------------------------------
@@ -283,9 +294,9 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 
     // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
     const Iq1sChunkCopy<kGateUp> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
-    // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i; piece qq lands in K half
-    // qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x and past
-    // the tile are zero-filled (no read).
+    // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i (i < N / 16); piece qq lands
+    // in K half qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x
+    // and past the tile are zero-filled (no read).
     constexpr int kXItems = kBN * 16 / kThreads;
     const int xqq = tid & 15;
     const __half* xsrc[kXItems];
@@ -296,14 +307,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       xsrc[i] = a.xh + (src >= 0 ? static_cast<int64_t>(src) * a.cols + 8 * xqq : 0);
       xbytes[i] = src >= 0 ? 16u : 0u;
     }
-    const uint32_t x_dst0 = (xqq >> 3) * kAtomBytes + (tid >> 4) * 128 + (((xqq & 7) ^ ((tid >> 4) & 7)) << 4);
-    auto issue_group = [&](int v) {  // one cp.async group: X(v), and chunk v/2 when v is even
-      uint8_t* const stage = xs + (v % kXStages) * kXStageBytes + x_dst0;
-      const int col = v * kWK;
-#pragma unroll
-      for (int i = 0; i < kXItems; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
-      if (v % 2 == 0) raw_copy.Issue(v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
-    };
+    const uint32_t x_dst_row = (tid >> 4) * 128 + (((xqq & 7) ^ ((tid >> 4) & 7)) << 4);
 
     // ---- decode of window v into A fragments: stage rows mrow and mrow + 8, group 4·(v%2) + tq;
     // trow: the matrix row's offset in the tile (kGateUp: each warpgroup's rows start at r0) ----
@@ -343,20 +347,32 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     // iteration w (empty past the end). Iteration w waits for G_{w+1} (wait_group D-2), so X(w) and
     // the chunk of window w+1 have landed. Reuse is safe because every overwrite is issued after the
     // barrier that follows the previous occupant's last use:
-    //   X stage (w+D) % NSX: windows w-1 (its wgmma may still run: waited for only at the end of
-    //     iteration w) .. w+D-1 are live, so NSX >= D+2;
-    //   raw stage of chunk c = (w+D)/2: chunk c-2 was last decoded (window 2c-3) in iteration
-    //     2c-4 <= w-1 since 2·2 >= D+1;
+    //   X stage (w+D) % NSX (NSX = XGeo<N>::kStages): windows w-1 (its wgmma may still run: waited
+    //     for only at the end of iteration w) .. w+D-1 are live, so NSX >= D+2;
+    //   raw stage of chunk c = (w+D)/2 (R = kRawStages): chunk c-R was last decoded (window
+    //     2c-2R+1) in iteration 2c-2R = w+D-2R <= w-1 since 2R >= D+1;
     //   A[(w+1)%2]: last read by wgmma(w-1), waited for (wait_group 1) just before the decode.
     // The whole loop is instantiated per wgmma width N (one branch per tile, not per window), so
     // each window's fence, 8 wgmma and commit are straight-line code: the compiler puts the commit
     // on the last wgmma (with the width chosen per window it added an empty wgmma after the merge).
     const int nw = a.cols / kWK;  // even: cols is whole 256-element blocks
     auto pipeline = [&]<int N>() {
-      auto mma = [&](int v, const uint32_t(&A)[8][4]) {
-        const uint32_t desc_lo = DescSw128Lo(xs_addr + (v % kXStages) * kXStageBytes);
+      using X = XGeo<N>;
+      constexpr int kDist = X::kDist;
+      const uint32_t x_dst0 = (xqq >> 3) * X::kAtomBytes + x_dst_row;
+      auto issue_group = [&](int v) {  // one cp.async group: X(v), and chunk v/2 when v is even
+        uint8_t* const stage = xs + (v % X::kStages) * X::kStageBytes + x_dst0;
+        const int col = v * kWK;
 #pragma unroll
-        for (int s = 0; s < 8; ++s) WgmmaRs<N>(acc, A[s], desc_lo + (((s >> 2) * kAtomBytes + (s & 3) * 32) >> 4));
+        for (int i = 0; i < N / 16; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
+        if (v % 2 == 0) raw_copy.Issue(v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
+      };
+      auto mma = [&](int v, const uint32_t(&A)[8][4]) {
+        const uint32_t desc_lo = DescSw128Lo(xs_addr + (v % X::kStages) * X::kStageBytes);
+#pragma unroll
+        for (int s = 0; s < 8; ++s) {
+          WgmmaRs<N>(acc, A[s], desc_lo + (((s >> 2) * X::kAtomBytes + (s & 3) * 32) >> 4));
+        }
       };
 #pragma unroll
       for (int v = 0; v < kDist; ++v) {
@@ -469,7 +485,7 @@ cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream
   if (a.rows * static_cast<int64_t>(a.row_bytes) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
   const void* kernel = reinterpret_cast<const void*>(fn);
-  constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXStages * kXStageBytes;
+  constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXRegionBytes;
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
   const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
   const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
