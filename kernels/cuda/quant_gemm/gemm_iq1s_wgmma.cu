@@ -60,7 +60,7 @@ struct XGeo {
   static_assert(kAtomBytes % 1024 == 0, "swizzle atoms of 8 rows");
   static_assert(kDist >= 2 && kStages >= kDist + 2 && 2 * kRawStages >= kDist + 1);
 };
-constexpr int kSelectorGridBytes = 2048 * 8;  // StageIq1sSelectorGrid
+constexpr int kCodeGridBytes = 2048 * 4;  // StageIq1sCodeGrid
 constexpr int kSituLd = 68;                   // floats per token row of the gate|up epilogue's tiles
 static_assert(2 * kBN * kSituLd * 4 <= kXRegionBytes, "the epilogue's tiles reuse the X stages");
 static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
@@ -165,17 +165,26 @@ __device__ __forceinline__ uint32_t DescSw128Lo(uint32_t addr) { return ((addr &
 // A group's 32 weights take only three values, w(g) = f16(d·K·(g + δ)) for g in {-1, 0, 1},
 // computed with the f16 decode's own instructions (DecodeRuns4F16: HFMA2(g, K, K·δ) exact, then
 // HMUL2 by d), so the same f16 values. They sit in two registers, lo = w(0)|w(0) (bytes 0-3) and
-// hi = w(-1)|w(+1) (bytes 4-7), and each pair of weights is one PRMT of them whose selector
-// (bytes lo(g0) hi(g0) lo(g1) hi(g1): w(0) 0,1; w(-1) 4,5; w(+1) 6,7) the staged grid holds:
-// entry i = the four pairs' 16-bit selectors of grid row i (8 bytes, like the grid itself).
-__device__ __forceinline__ const uint2* StageIq1sSelectorGrid(uint8_t* smem) {
-  uint2* const dst = reinterpret_cast<uint2*>(smem);
+// hi = w(-1)|w(+1) (bytes 4-7), and each pair of weights is one PRMT of them whose selector holds,
+// per weight, the byte pair of its value (nibbles: w(0) 0,1; w(-1) 4,5; w(+1) 6,7). Those
+// selector bytes (0x10, 0x54, 0x76) sit in one register, kSelectorBytes, and the staged grid
+// holds per grid row its 8 values' codes (0: w(0), 1: w(-1), 2: w(+1)), a nibble each: 4 bytes an
+// entry, so one PRMT of kSelectorBytes by an entry's low (high) half gives the 4 selector bytes of
+// values 0-3 (4-7). Against a table of the selectors themselves (8 bytes an entry): 2 PRMT and a
+// shift more per grid row, but a 4-byte load whose random rows cost the shared memory ~3.5
+// wavefronts instead of ~6 for the 8-byte one (Nsight Compute: 6.1 per LDS.64, a third of the
+// kernel's wavefronts), and half the table.
+constexpr uint32_t kSelectorBytes = 0x00765410u;  // byte c = the PRMT selector byte of code c
+__device__ __forceinline__ const uint32_t* StageIq1sCodeGrid(uint8_t* smem) {
+  uint32_t* const dst = reinterpret_cast<uint32_t*>(smem);
   const uint2* const src = reinterpret_cast<const uint2*>(iqdev::kIq1sGrid);
-  auto sel = [](uint32_t b) { return b == 0 ? 0x10u : (b & 0x80u) ? 0x54u : 0x76u; };  // grid byte -1 = 0xff
-  auto pair = [&](uint32_t w, int j) { return sel((w >> (16 * j)) & 0xffu) | sel((w >> (16 * j + 8)) & 0xffu) << 8; };
+  auto code = [](uint32_t b) { return b == 0 ? 0u : (b & 0x80u) ? 1u : 2u; };  // grid byte -1 = 0xff
+  auto codes4 = [&](uint32_t w) {
+    return code(w & 0xffu) | code((w >> 8) & 0xffu) << 4 | code((w >> 16) & 0xffu) << 8 | code(w >> 24) << 12;
+  };
   for (int i = threadIdx.x; i < 2048; i += blockDim.x) {
     const uint2 g = src[i];
-    dst[i] = make_uint2(pair(g.x, 0) | pair(g.x, 1) << 16, pair(g.y, 0) | pair(g.y, 1) << 16);
+    dst[i] = codes4(g.x) | codes4(g.y) << 16;
   }
   return dst;
 }
@@ -193,7 +202,7 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel)
 // (Iq1sGroupF16::GridRow: qs byte l | 3 bits of qh << 8) are put together by PRMT from the two
 // halves of qs and two words holding the qh bits byte by byte: 3 instructions fewer per row than
 // shifting and masking each (the same rows).
-__device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool valid, const uint2* sel_grid,
+__device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool valid, const uint32_t* code_grid,
                                                 uint32_t (&pairs)[16]) {
   const Iq1sGroupF16 q(blk, ib, valid);
   const uint32_t lo = AsU32(__hmul2(q.kd2, q.d2));                                       // w(0), w(0)
@@ -204,7 +213,8 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool
                             __byte_perm(q.qs, h23, 0x7642u), __byte_perm(q.qs, h23, 0x7653u)};
 #pragma unroll
   for (int l = 0; l < 4; ++l) {
-    const uint2 s = sel_grid[rows[l]];
+    const uint32_t e = code_grid[rows[l]];
+    const uint2 s = make_uint2(Prmt(kSelectorBytes, 0u, e), Prmt(kSelectorBytes, 0u, e >> 16));
     pairs[4 * l + 0] = Prmt(lo, hi, s.x);  // PRMT reads the low 16 bits of the selector
     pairs[4 * l + 1] = Prmt(lo, hi, s.x >> 16);
     pairs[4 * l + 2] = Prmt(lo, hi, s.y);
@@ -275,9 +285,9 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
-  // ---- shared memory: [selector grid][raw stages][X stages, 1024-byte aligned] ----
-  const uint2* const sel_grid = StageIq1sSelectorGrid(smem);  // once per block: the grid is persistent
-  uint8_t* const raw = smem + kSelectorGridBytes;
+  // ---- shared memory: [code grid][raw stages][X stages, 1024-byte aligned] ----
+  const uint32_t* const code_grid = StageIq1sCodeGrid(smem);  // once per block: the grid is persistent
+  uint8_t* const raw = smem + kCodeGridBytes;
   const uint32_t x_lo = SmemAddr(raw + kRawBytes);
   uint8_t* const xs = raw + kRawBytes + (((x_lo + 1023u) & ~1023u) - x_lo);
   const uint32_t xs_addr = SmemAddr(xs);
@@ -295,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     const uint8_t* const wbase_up = kGateUp ? a.w_up + t.mat * a.mat_stride : nullptr;
     const int n_rows = static_cast<int>(min(static_cast<int64_t>(kTileRows), a.rows - r0));
     if (tid < kBN) s_xrow[tid] = SourceRow(a, p0, n_tok, tid);
-    __syncthreads();  // s_xrow (and, for the first tile, the selector grid)
+    __syncthreads();  // s_xrow (and, for the first tile, the code grid)
 
     // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
     const Iq1sChunkCopy<kGateUp> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
@@ -330,7 +340,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
         const int row = mrow + 8 * rr;
         uint32_t p[16];
         const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
-        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, trow + 8 * rr < n_rows, sel_grid, p);
+        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, trow + 8 * rr < n_rows, code_grid, p);
 #pragma unroll
         for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
           A[2 * l][rr] = p[4 * l];
@@ -490,7 +500,7 @@ cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream
   if (a.rows * static_cast<int64_t>(a.row_bytes) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
   const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
   const void* kernel = reinterpret_cast<const void*>(fn);
-  constexpr int smem = kSelectorGridBytes + kRawBytes + 1024 + kXRegionBytes;
+  constexpr int smem = kCodeGridBytes + kRawBytes + 1024 + kXRegionBytes;
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
   const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
   const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
