@@ -55,7 +55,7 @@ struct Args {
   int32_t bpr;                 // quant blocks per row
   int32_t n_chunks;            // ceil(bpr / blocks per chunk)
   int32_t table_bytes;         // shared bytes of the lookup tables (multiple of 16)
-  int32_t row_tiles;           // ceil(rows / kBM)
+  int32_t row_tiles;           // ceil(rows / the kernel's row tile): kBM, or GemmLaunchIq1sWgmma's
   int32_t band;                // row tiles per band of the tile order
   int64_t token_tiles;         // token tiles of the grid
   const __half* xh;            // [n_src][cols] f16 activations (the pre-pass's copy)
@@ -614,7 +614,7 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
 }
 
 // The IQ1_S wgmma kernel (gemm_iq1s_wgmma.cu, sm_90a): 128 weight rows × kWgmmaTokens tokens per
-// tile, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`); a persistent
+// tile (or 192 × kWgmmaTokens192, below), x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`); a persistent
 // grid of min(tiles, sms) blocks.
 inline constexpr int kWgmmaTokens = 128;
 
@@ -626,8 +626,11 @@ __host__ __device__ __forceinline__ int64_t WgmmaXColumn(int64_t c) {
   return (c & ~int64_t{127}) + 32 * l + 16 * h + 2 * t + (r & 1) + 8 * (r >> 1);
 }
 // gate_up: the fused gate|up form (a.w_up set): 64 rows of gate and the same 64 of up per tile,
-// a.row_tiles = ceil(rows / 64), y = situ(gate, up).
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream);
+// a.row_tiles = ceil(rows / 64), y = situ(gate, up). rows192: the 3-warpgroup block
+// (QuantGemmParams::wgmma_192_rows): 192 weight rows (gate|up: 96 of each) × kWgmmaTokens192
+// tokens a tile, so a.row_tiles = ceil(rows / 192) (gate|up: / 96) and a.token_tiles by 96.
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, bool rows192, cudaStream_t stream);
+inline constexpr int kWgmmaTokens192 = 96;
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream
