@@ -83,6 +83,9 @@ struct BlockShape {
   static_assert(2 * kMaxN * kSituLd * 4 <= kXRegionBytes, "the epilogue's tiles reuse the X stages");
   static_assert(kXRowsPerItem % 8 == 0, "an x item's rows keep the thread's swizzle phase");
   static_assert(kXItems * kXRowsPerItem == kMaxN);
+  // the host's tiles (PrepareArgs, FindTile) are these
+  static constexpr WgmmaTile kTile = kWG == 2 ? kWgmmaTile : kWgmmaTile192;
+  static_assert(kTile.rows == kRows && kTile.gate_up_rows == kGateUpRows && kTile.tokens == kMaxN);
 };
 
 // A gate|up tile's stage row r (0 .. kRows): which matrix and which of the tile's kGateUpRows
@@ -282,7 +285,7 @@ struct Iq1sChunkCopy {
 #pragma unroll
     for (int ps = 0; ps < 2; ++ps) {
       const int r = row_first + ps * kPassRows;  // stage row
-      const GateUpRow gu = kWG == 2 ? GateUpRow{ps == 1, r % 64} : GateUpRowOf<kWG>(r);  // (the same)
+      const GateUpRow gu = GateUpRowOf<kWG>(r);
       const int mrow = kGateUp ? gu.row : r;  // the row's place in the tile of its matrix
       base[ps] = kGateUp && gu.up ? wbase_up : wbase;
       row_off[ps] = static_cast<uint32_t>((r0 + mrow) * a.row_bytes);
