@@ -319,15 +319,12 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
     bool generic;
     int32_t tile;
     bool wgmma;
-    bool rows192 = false;  // QuantGemmParams::wgmma_192_rows
   };
-  // (experts: the default block and the wgmma kernel's 3-warpgroup block, side by side)
   const std::vector<Knob> knobs =
       variants ? std::vector<Knob>{{" [generic t64]", true, 64, false},   {" [generic t128]", true, 128, false},
                                    {" [f16 t64]", false, 64, false},      {" [f16 t128]", false, 128, false},
-                                   {" [mma.sync auto]", false, 0, false}, {" [wgmma]", false, 0, true},
-                                   {" [wgmma 192 rows]", false, 0, true, true}}
-               : std::vector<Knob>{{"", false, 0, true}, {" [192 rows]", false, 0, true, true}};
+                                   {" [mma.sync auto]", false, 0, false}, {" [wgmma]", false, 0, true}}
+               : std::vector<Knob>{{"", false, 0, true}};
   for (int64_t T : kTokens) {
     const std::vector<int32_t> hids = RouteIds(T, K, E, rng);
     std::mt19937_64 urng(31 + T);  // its own generator: the log-normal routing stays as before
@@ -370,7 +367,6 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
         p.generic_decode = kn.generic;
         p.token_tile = kn.tile;
         p.wgmma = kn.wgmma;
-        p.wgmma_192_rows = kn.rows192;
         // gate/up: 3584 -> 3072, x gathered from the token rows
         p.rows = ffn;
         p.cols = latent;
@@ -380,7 +376,7 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
         p.x_rows = xrows;
         p.x_src_rows = T;
         p.y_stride = ffn;
-        for (int split = 0; split <= (variants || routing != 0 || kn.rows192 ? 0 : 1); ++split) {
+        for (int split = 0; split <= (variants || routing != 0 ? 0 : 1); ++split) {
           p.split_x = split != 0;
           const double ms = time_ms([&] { CHECK(k3::cuda::QuantGemm(p, nullptr)); });
           csv.Row(std::string("expert gate 3584->3072 x896") + rname + kn.tag, "IQ1_S", ffn, latent, T, T * K, split,

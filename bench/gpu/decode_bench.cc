@@ -52,8 +52,6 @@
 // on cuBLAS (CudaEngineOptions::blas_min_rows; 0: never);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
 // (CudaEngineOptions::mla_mha_min_rows; 0: the absorbed form at every size);
-// --wgmma-192-rows: the MoE's grouped expert products on the IQ1_S wgmma kernel's 3-warpgroup block
-// (CudaEngineOptions::wgmma_192_rows);
 // --f16 | --f32-cache: the MLA cache in f16 (the default) or f32 (the default with --exact-mla-decode,
 // as k3-worker does).
 #include <algorithm>
@@ -130,7 +128,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
-  bool mma_staged_x = defaults.mma_staged_x, wgmma_192_rows = defaults.wgmma_192_rows;
+  bool mma_staged_x = defaults.mma_staged_x;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -154,7 +152,6 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
-    else if (a == "--wgmma-192-rows") wgmma_192_rows = true;    // CudaEngineOptions::wgmma_192_rows
     else if (a == "--grouped-experts") grouped_expert_gemv = true;  // (the default now)
     else if (a == "--mma-shared-x") mma_shared_x = true;  // (the default now)
     else if (a == "--per-pair-experts") grouped_expert_gemv = false;  // CudaEngineOptions::grouped_expert_gemv off
@@ -214,7 +211,6 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.grouped_expert_gemv = grouped_expert_gemv;
   opt.mma_shared_x = mma_shared_x;
   opt.mma_staged_x = mma_staged_x;
-  opt.wgmma_192_rows = wgmma_192_rows;
   opt.residual_epilogue = residual_epilogue;
   if (l2_prefetch_mb >= 0) opt.l2_prefetch_mb = l2_prefetch_mb;
   if (dense_gemv_rows > 0) opt.dense_gemv_max_rows = dense_gemv_rows;

@@ -27,7 +27,6 @@
 #include <random>
 #include <string>
 #include <tuple>
-#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -129,20 +128,16 @@ Tol TolFor(GgmlType type, bool split) {
 constexpr float kSituBeta = 4.0f, kSituLambda = 25.0f;
 
 // The knobs of QuantGemmParams that must not change any result.
-// (wgmma = false keeps IQ1_S on the mma.sync kernel: the same products summed in another order;
-// rows192 takes the wgmma kernel's 3-warpgroup block.)
+// (wgmma = false keeps IQ1_S on the mma.sync kernel: the same products summed in another order.)
 struct Knobs {
   bool generic_decode = false;
   int32_t token_tile = 0;
   bool wgmma = true;
-  bool rows192 = false;
   std::string Name() const {
     return std::string(generic_decode ? " generic-decode" : "") +
-           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string()) + (wgmma ? "" : " mma.sync") +
-           (rows192 ? " 192 rows" : "");
+           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string()) + (wgmma ? "" : " mma.sync");
   }
 };
-constexpr Knobs kRows192{false, 0, true, true};
 
 // Counts the elements whose bits differ; `zero_sign` those that are +0 against -0.
 struct BitDiff {
@@ -206,7 +201,6 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
   p.generic_decode = c.knobs.generic_decode;
   p.token_tile = c.knobs.token_tile;
   p.wgmma = c.knobs.wgmma;
-  p.wgmma_192_rows = c.knobs.rows192;
   DeviceBuffer<uint8_t> d_ws(std::max<size_t>(QuantGemmWorkspaceBytes(p), 1));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
@@ -261,8 +255,6 @@ TEST(QuantGemmTest, EveryTypeSmallShapes) {
       RunPlain({type, 200, 512, tokens, true}, ++seed);
     }
   }
-  // The IQ1_S wgmma kernel's 3-warpgroup block: 200 rows = 192 + 8, 130 tokens = 96 + 34.
-  for (int64_t tokens : {1, 17, 130}) RunPlain({GgmlType::kIQ1_S, 200, 512, tokens, false, kRows192}, ++seed);
 }
 
 TEST(QuantGemmTest, OddWidthsAndTinyShapes) {
@@ -277,7 +269,6 @@ TEST(QuantGemmTest, OddWidthsAndTinyShapes) {
     RunPlain({type, 1, 160, 1, true}, ++seed);
   }
   RunPlain({GgmlType::kIQ1_S, 1, 256, 1}, ++seed);
-  RunPlain({GgmlType::kIQ1_S, 1, 256, 1, false, kRows192}, ++seed);
   RunPlain({GgmlType::kQ6_K, 255, 256, 255}, ++seed);
   RunPlain({GgmlType::kIQ2_XXS, 257, 768, 64}, ++seed);
 }
@@ -291,8 +282,6 @@ TEST(QuantGemmTest, LargeGridsUse128TokenTiles) {
     RunPlain({type, 4168, 512, 1100, false}, ++seed);
     RunPlain({type, 4168, 512, 1100, true}, ++seed);
   }
-  // (and the IQ1_S wgmma kernel's 3-warpgroup block, tiles of 96 tokens: 22 row tiles, 12 token tiles)
-  RunPlain({GgmlType::kIQ1_S, 4168, 512, 1100, false, kRows192}, ++seed);
 }
 
 TEST(QuantGemmTest, K3ProjectionQ8_0_7168To12288) {
@@ -413,7 +402,6 @@ std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in,
   p.generic_decode = c.knobs.generic_decode;
   p.token_tile = c.knobs.token_tile;
   p.wgmma = c.knobs.wgmma;
-  p.wgmma_192_rows = c.knobs.rows192;
   DeviceBuffer<uint8_t> d_ws(QuantGemmWorkspaceBytes(p));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
@@ -511,9 +499,8 @@ TEST(QuantGemmTest, GroupedEdgeCases) {
     for (bool split : {false, true}) {
       RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, split}, ++seed);
     }
-    if (type == GgmlType::kIQ1_S) {  // mma.sync: the other decode, both token tiles; wgmma's 192-row block
-      for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{false, 128}, Knobs{true, 128}, Knobs{false, 0, false},
-                      kRows192}) {
+    if (type == GgmlType::kIQ1_S) {  // the mma.sync kernel: the other decode and both token tiles
+      for (Knobs k : {Knobs{true, 0}, Knobs{false, 64}, Knobs{false, 128}, Knobs{true, 128}, Knobs{false, 0, false}}) {
         RunGrouped({type, 136, 512, 50, off, xr, off.back() + 37, 0, false, k}, ++seed);
       }
     }
@@ -531,12 +518,9 @@ TEST(QuantGemmTest, GroupedK3ExpertsIQ1S) {
   RunGrouped({GgmlType::kIQ1_S, 3584, 3072, 512, off, xr, 512 * 16, 32, false}, 22);  // down
   RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, true}, 23);
   RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, false, Knobs{false, 0, false}}, 25);
-  RunGrouped({GgmlType::kIQ1_S, 3072, 3584, 512, off, xr, 512 * 16, 32, false, kRows192}, 26);
-  RunGrouped({GgmlType::kIQ1_S, 3584, 3072, 512, off, xr, 512 * 16, 32, false, kRows192}, 27);
   // T = 4096 on 64 experts (~1000 rows per expert): long groups, many tiles each.
   RandomRouting(4096, 2, 64, 0.05, rng, off, xr);
   RunGrouped({GgmlType::kIQ1_S, 512, 3584, 4096, off, xr, 4096 * 2 + 5, 8, false}, 24);
-  RunGrouped({GgmlType::kIQ1_S, 512, 3584, 4096, off, xr, 4096 * 2 + 5, 8, false, kRows192}, 28);
 }
 
 // IQ1_S's f16 decode (wgmma and mma.sync kernels) against the f16 rounding of the CPU decoder's
@@ -698,35 +682,31 @@ TEST(QuantGemmTest, Iq1sGateUpSituIsGateUpThenSituBitForBit) {
   std::mt19937_64 rng(61);
   std::vector<int32_t> off, xr;
   RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
-  for (const Knobs& k : {Knobs{}, kRows192}) {
-    for (int64_t rows : {int64_t{3072}, int64_t{200}}) {
-      GroupedCase g{GgmlType::kIQ1_S, rows, 3584, 1024, off, xr, 1024 * 16 + 3, 16, false, k};
-      const GroupedInputs in = MakeGroupedInputs(g, 62), in_up = MakeGroupedInputs(g, 63);
-      GroupedInputs up = in;
-      up.pool = in_up.pool;
-      const std::vector<float> yg = LaunchGrouped(g, in), yu = LaunchGrouped(g, up);
-      const std::vector<float> fused = LaunchGrouped(g, in, &up.pool);
-      ASSERT_FALSE(yg.empty() || yu.empty() || fused.empty());
-      const std::vector<float> want = SituOnGpu(yg, yu, off.back(), rows, in.y_stride);
-      const BitDiff d = CompareBits(fused, want);
-      EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0)
-          << GroupedName(g) << " gate|up: " << d.differ << " outputs differ (first at " << d.first << "), "
-          << d.zero_sign << " in the sign of zero";
-    }
-  }
-  for (const Knobs& k : {Knobs{}, kRows192}) {
-    PlainCase c{GgmlType::kIQ1_S, 200, 512, 1100, false, k};
-    std::mt19937_64 prng(64);
-    const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, prng);
-    const std::vector<uint8_t> wu = RandomQuantRows(c.type, c.rows, c.cols, prng);
-    const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
-    const int64_t y_stride = c.rows + 3;
-    const std::vector<float> yg = LaunchPlain(c, w, x, c.cols, y_stride), yu = LaunchPlain(c, wu, x, c.cols, y_stride);
-    const std::vector<float> fused = LaunchPlain(c, w, x, c.cols, y_stride, &wu);
+  for (int64_t rows : {int64_t{3072}, int64_t{200}}) {
+    GroupedCase g{GgmlType::kIQ1_S, rows, 3584, 1024, off, xr, 1024 * 16 + 3, 16, false};
+    const GroupedInputs in = MakeGroupedInputs(g, 62), in_up = MakeGroupedInputs(g, 63);
+    GroupedInputs up = in;
+    up.pool = in_up.pool;
+    const std::vector<float> yg = LaunchGrouped(g, in), yu = LaunchGrouped(g, up);
+    const std::vector<float> fused = LaunchGrouped(g, in, &up.pool);
     ASSERT_FALSE(yg.empty() || yu.empty() || fused.empty());
-    const BitDiff d = CompareBits(fused, SituOnGpu(yg, yu, c.n_tokens, c.rows, y_stride));
-    EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0) << PlainName(c) << " gate|up: " << d.differ << " outputs differ";
+    const std::vector<float> want = SituOnGpu(yg, yu, off.back(), rows, in.y_stride);
+    const BitDiff d = CompareBits(fused, want);
+    EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0)
+        << GroupedName(g) << " gate|up: " << d.differ << " outputs differ (first at " << d.first << "), "
+        << d.zero_sign << " in the sign of zero";
   }
+  PlainCase c{GgmlType::kIQ1_S, 200, 512, 1100};
+  std::mt19937_64 prng(64);
+  const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, prng);
+  const std::vector<uint8_t> wu = RandomQuantRows(c.type, c.rows, c.cols, prng);
+  const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
+  const int64_t y_stride = c.rows + 3;
+  const std::vector<float> yg = LaunchPlain(c, w, x, c.cols, y_stride), yu = LaunchPlain(c, wu, x, c.cols, y_stride);
+  const std::vector<float> fused = LaunchPlain(c, w, x, c.cols, y_stride, &wu);
+  ASSERT_FALSE(yg.empty() || yu.empty() || fused.empty());
+  const BitDiff d = CompareBits(fused, SituOnGpu(yg, yu, c.n_tokens, c.rows, y_stride));
+  EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0) << PlainName(c) << " gate|up: " << d.differ << " outputs differ";
 }
 
 // The gate|up launch's f16 output (y_half) feeds the next product as it would its own pre-pass:
@@ -741,47 +721,42 @@ TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
   std::vector<int32_t> off, xr;
   RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
   const int64_t bound = 1024 * 16 + 3, total = off.back();
-  // 3072 rows (the K3 FFN width); 1280 with the 192-row block: a last gate|up tile of 32 rows.
-  using Case = std::pair<Knobs, int64_t>;
-  for (const auto& [k, F] : {Case{Knobs{}, 3072}, Case{kRows192, 3072}, Case{kRows192, 1280}}) {
-    SCOPED_TRACE(k.Name() + " FFN " + std::to_string(F));
-    GroupedCase g{GgmlType::kIQ1_S, F, 3584, 1024, off, xr, bound, 16, false, k};
-    const GroupedInputs in = MakeGroupedInputs(g, 72), in_up = MakeGroupedInputs(g, 73);
-    const std::vector<float> act = LaunchGrouped(g, in, &in_up.pool);
-    std::vector<uint16_t> act_half;
-    LaunchGrouped(g, in, &in_up.pool, &act_half);
-    ASSERT_FALSE(act.empty());
-    ASSERT_EQ(act_half.size(), static_cast<size_t>(bound * F));
+  GroupedCase g{GgmlType::kIQ1_S, 3072, 3584, 1024, off, xr, bound, 16, false};
+  const GroupedInputs in = MakeGroupedInputs(g, 72), in_up = MakeGroupedInputs(g, 73);
+  const std::vector<float> act = LaunchGrouped(g, in, &in_up.pool);
+  std::vector<uint16_t> act_half;
+  LaunchGrouped(g, in, &in_up.pool, &act_half);
+  ASSERT_FALSE(act.empty());
+  ASSERT_EQ(act_half.size(), static_cast<size_t>(bound * 3072));
 
-    // The down product over the same groups, its rows in grouped order (x row p = sequence row p).
-    std::vector<int32_t> identity(total);
-    for (int64_t p = 0; p < total; ++p) identity[p] = static_cast<int32_t>(p);
-    GroupedCase d{GgmlType::kIQ1_S, 3584, F, bound, off, identity, bound, 16, false, k};
-    GroupedInputs down = MakeGroupedInputs(d, 74);
-    down.x.assign(static_cast<size_t>(bound * down.x_stride), 0.0f);
-    for (int64_t p = 0; p < total; ++p) {
-      std::copy_n(act.begin() + p * in.y_stride, F, down.x.begin() + p * down.x_stride);
-    }
-    const std::vector<float> from_f32 = LaunchGrouped(d, down);
-    const std::vector<float> from_half = LaunchGrouped(d, down, nullptr, nullptr, &act_half);
-    ASSERT_FALSE(from_f32.empty() || from_half.empty());
-    const BitDiff diff = CompareBits(from_half, from_f32);
-    EXPECT_TRUE(diff.differ == 0 && diff.zero_sign == 0)
-        << "down from the f16 output: " << diff.differ << " outputs differ (first at " << diff.first << ")";
+  // The down product over the same groups, its rows in grouped order (x row p = sequence row p).
+  std::vector<int32_t> identity(total);
+  for (int64_t p = 0; p < total; ++p) identity[p] = static_cast<int32_t>(p);
+  GroupedCase d{GgmlType::kIQ1_S, 3584, 3072, bound, off, identity, bound, 16, false};
+  GroupedInputs down = MakeGroupedInputs(d, 74);
+  down.x.assign(static_cast<size_t>(bound * down.x_stride), 0.0f);
+  for (int64_t p = 0; p < total; ++p) {
+    std::copy_n(act.begin() + p * in.y_stride, 3072, down.x.begin() + p * down.x_stride);
+  }
+  const std::vector<float> from_f32 = LaunchGrouped(d, down);
+  const std::vector<float> from_half = LaunchGrouped(d, down, nullptr, nullptr, &act_half);
+  ASSERT_FALSE(from_f32.empty() || from_half.empty());
+  const BitDiff diff = CompareBits(from_half, from_f32);
+  EXPECT_TRUE(diff.differ == 0 && diff.zero_sign == 0)
+      << "down from the f16 output: " << diff.differ << " outputs differ (first at " << diff.first << ")";
 
-    // The same down product with its x rows in place (no x_rows, as the engine's prefill runs it),
-    // from f32 and from the f16 output: bit for bit the gathered form's.
-    GroupedCase in_place = d;
-    in_place.x_rows.clear();
-    const std::vector<float> in_place_f32 = LaunchGrouped(in_place, down);
-    const std::vector<float> in_place_half = LaunchGrouped(in_place, down, nullptr, nullptr, &act_half);
-    ASSERT_FALSE(in_place_f32.empty() || in_place_half.empty());
-    for (const auto& [got, want, name] :
-         {std::tuple{&in_place_f32, &from_f32, "from f32"}, std::tuple{&in_place_half, &from_half, "from f16"}}) {
-      const BitDiff dd = CompareBits(*got, *want);
-      EXPECT_TRUE(dd.differ == 0 && dd.zero_sign == 0)
-          << "down with x in place, " << name << ": " << dd.differ << " outputs differ (first at " << dd.first << ")";
-    }
+  // The same down product with its x rows in place (no x_rows, as the engine's prefill runs it),
+  // from f32 and from the f16 output: bit for bit the gathered form's.
+  GroupedCase in_place = d;
+  in_place.x_rows.clear();
+  const std::vector<float> in_place_f32 = LaunchGrouped(in_place, down);
+  const std::vector<float> in_place_half = LaunchGrouped(in_place, down, nullptr, nullptr, &act_half);
+  ASSERT_FALSE(in_place_f32.empty() || in_place_half.empty());
+  for (const auto& [got, want, name] :
+       {std::tuple{&in_place_f32, &from_f32, "from f32"}, std::tuple{&in_place_half, &from_half, "from f16"}}) {
+    const BitDiff dd = CompareBits(*got, *want);
+    EXPECT_TRUE(dd.differ == 0 && dd.zero_sign == 0)
+        << "down with x in place, " << name << ": " << dd.differ << " outputs differ (first at " << dd.first << ")";
   }
 }
 

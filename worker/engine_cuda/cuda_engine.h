@@ -194,11 +194,6 @@ struct CudaEngineOptions {
   // K and V of as many heads as fit in 1 GiB at max_context (the dense f16 cache rows and f16
   // k_b, v_b beside them).
   int64_t mla_mha_min_rows = 512;
-  // The MoE's grouped expert products (prefill chunks, large decode batches) on the IQ1_S wgmma
-  // kernel's 3-warpgroup block (cuda::QuantGemmParams::wgmma_192_rows: 192 weight rows × 96 tokens
-  // a tile, so each x tile feeds 1.5x the weight rows). Off by default until measured (session 39
-  // wrote it without a GPU; k3_cuda_decode_bench --wgmma-192-rows).
-  bool wgmma_192_rows = false;
   bool verbose = true;        // progress lines while uploading
 };
 

@@ -73,7 +73,6 @@ cuda::QuantGemmParams GroupedParams(const DStack& w, int64_t n_groups, const int
   p.group_offsets = offsets;
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;
-  p.wgmma_192_rows = ws.wgmma_192_rows;
   return p;
 }
 

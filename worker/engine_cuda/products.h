@@ -56,7 +56,6 @@ struct GemmScratch {
   size_t bytes = 0;
   cuda::BlasScratch blas = {};
   int64_t blas_min_rows = 0;  // used only when blas.handle is set (the engine makes one when > 0)
-  bool wgmma_192_rows = false;  // grouped products: cuda::QuantGemmParams::wgmma_192_rows
 };
 
 // y = W x for n rows through a GEMV: the direct-load kernel when w has its direct form.

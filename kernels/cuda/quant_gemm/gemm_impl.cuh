@@ -55,7 +55,7 @@ struct Args {
   int32_t bpr;                 // quant blocks per row
   int32_t n_chunks;            // ceil(bpr / blocks per chunk)
   int32_t table_bytes;         // shared bytes of the lookup tables (multiple of 16)
-  int32_t row_tiles;           // ceil(rows / the kernel's row tile): kBM, or GemmLaunchIq1sWgmma's
+  int32_t row_tiles;           // ceil(rows / kBM)
   int32_t band;                // row tiles per band of the tile order
   int64_t token_tiles;         // token tiles of the grid
   const __half* xh;            // [n_src][cols] f16 activations (the pre-pass's copy)
@@ -309,7 +309,7 @@ struct TileSpan {
 // and the grid has ceil(n_tokens/BN) + n_groups of them. `lin`: the tile's index in that order,
 // < row_tiles · token_tiles. Every thread of the block calls it (it synchronizes the block).
 // p_end <= p0: nothing to do (uniform over the block).
-// BM: weight rows per row tile (kBM, the fused gate|up tile kBM / 2 rows of each; the wgmma kernel its WgmmaTile's).
+// BM: weight rows per row tile (kBM; the fused gate|up tile takes kBM / 2 rows of each).
 template <int BN, int kThreads, int BM = kBM>
 __device__ __forceinline__ TileSpan FindTile(const Args& a, int64_t lin, int32_t* s_group) {
   const int tid = threadIdx.x;
@@ -613,14 +613,10 @@ __global__ void __launch_bounds__(Tile<BN, kSplit>::kThreads, Tile<BN, kSplit>::
   }
 }
 
-// The IQ1_S wgmma kernel (gemm_iq1s_wgmma.cu, sm_90a): x permuted inside windows of 128 by the
-// pre-pass (XToHalfKernel's `permute`); a persistent grid of min(tiles, sms) blocks. Its tile, by
-// block: weight rows of a plain product's tile, output rows of a gate|up tile (that many of gate
-// and of up), tokens. The default block (2 warpgroups) or QuantGemmParams::wgmma_192_rows's (3).
-struct WgmmaTile {
-  int rows, gate_up_rows, tokens;
-};
-inline constexpr WgmmaTile kWgmmaTile{128, 64, 128}, kWgmmaTile192{192, 96, 96};
+// The IQ1_S wgmma kernel (gemm_iq1s_wgmma.cu, sm_90a): 128 weight rows × kWgmmaTokens tokens per
+// tile, x permuted inside windows of 128 by the pre-pass (XToHalfKernel's `permute`); a persistent
+// grid of min(tiles, sms) blocks.
+inline constexpr int kWgmmaTokens = 128;
 
 // The wgmma kernel's x layout: inside each window of 128 columns, element u = 32t + 8l + 4h + r
 // sits at slot 32l + 16h + 2t + r%2 + 8(r/2) (the A-fragment order of gemm_iq1s_wgmma.cu). The
@@ -629,9 +625,9 @@ __host__ __device__ __forceinline__ int64_t WgmmaXColumn(int64_t c) {
   const int u = static_cast<int>(c & 127), t = u >> 5, l = (u >> 3) & 3, h = (u >> 2) & 1, r = u & 3;
   return (c & ~int64_t{127}) + 32 * l + 16 * h + 2 * t + (r & 1) + 8 * (r >> 1);
 }
-// gate_up: the fused gate|up form (a.w_up set), y = situ(gate, up). rows192: the 3-warpgroup block.
-// a.row_tiles and a.token_tiles by that block's WgmmaTile (rows, or gate_up_rows; tokens).
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, bool rows192, cudaStream_t stream);
+// gate_up: the fused gate|up form (a.w_up set): 64 rows of gate and the same 64 of up per tile,
+// a.row_tiles = ceil(rows / 64), y = situ(gate, up).
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream);
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream

@@ -4,8 +4,7 @@
 // (gemm_impl.cuh), whose tile order, group lookup and raw-chunk copies it shares.
 //
 // Block: 2 warpgroups (256 threads), 128 weight rows (64 per warpgroup) × 128 tokens, K walked in
-// windows of 128 elements; or (QuantGemmParams::wgmma_192_rows, BlockShape<3>) 3 warpgroups, 192
-// weight rows × 96 tokens. Per window a thread decodes, for each of its two rows (g and g + 8 of
+// windows of 128 elements. Per window a thread decodes, for each of its two rows (g and g + 8 of
 // its warp's 16), one IQ1_S group of 32 weights (group 4·(window % 2) + tq of the block: d, qh,
 // K and δ read once; DecodeIq1sGroup: the f16 decode's values, one PRMT per pair): 16 f16 pairs,
 // which are the A fragments of the window's 8 k16-steps, because K is PERMUTED inside each window:
@@ -19,11 +18,11 @@
 //              A[(w+1)%2] while wgmma(w) runs.
 // The wgmma width follows the tile's token count (32, 64, 96 or 128): a grouped tile is often short.
 // Gate|up form (kGateUp, the MoE experts' first two products): warpgroup 0 takes 64 rows of gate,
-// warpgroup 1 the same 64 rows of up (3 warpgroups: 96 rows of each, GateUpRowOf) (the same tile
-// tokens, so the same x tile and the same wgmma sequence as the separate launches: the same sums,
-// bit for bit); the epilogue puts both through shared memory and all warps write situ(gate, up):
-// one launch, one output, no activation pass. The grid is persistent (a block per SM, looping over
-// the tiles), so the code grid is staged once per block and empty tiles cost no block launch.
+// warpgroup 1 the same 64 rows of up (the same tile tokens, so the same x tile and the same wgmma
+// sequence as the separate launches: the same sums, bit for bit); the epilogue puts both through
+// shared memory and all 8 warps write situ(gate, up): one launch, one output, no activation pass.
+// The grid is persistent (a block per SM, looping over the tiles), so the selector table is staged
+// once per block and empty tiles cost no block launch.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -41,9 +40,12 @@ namespace {
 using F = qgemv::FmtIQ1_S;
 using G = Geo<F>;  // raw chunk = one 256-element block per row (50 bytes in a region of 80)
 
-constexpr int kWK = 128;                           // K elements per window
-constexpr int kXRegionBytes = 5 * 2 * 128 * 128;   // the X stages: 5 windows of 128 tokens, more of fewer
+constexpr int kThreads = 256;                 // two warpgroups
+constexpr int kBN = kWgmmaTokens;             // tokens per tile
+constexpr int kWK = 128;                      // K elements per window
+constexpr int kXRegionBytes = 5 * 2 * kBN * 128;  // the X stages: 5 windows of 128 tokens, more of fewer
 constexpr int kRawStages = 3;                      // chunk c reuses c - 3's stage: needs 2·3 >= D + 1
+constexpr int kRawBytes = kRawStages * kBM * G::kRegion;
 // The X stages of a tile whose wgmma width is N tokens: a window is two K halves of N rows × 128
 // bytes (N·256 bytes), as many stages as the region holds, and D windows of loads in flight: as
 // many as the reuse conditions at the main loop allow (X: stages >= D + 2; raw: 2·kRawStages >=
@@ -59,52 +61,9 @@ struct XGeo {
   static_assert(kDist >= 2 && kStages >= kDist + 2 && 2 * kRawStages >= kDist + 1);
 };
 constexpr int kCodeGridBytes = 2048 * 4;  // StageIq1sCodeGrid
+constexpr int kSituLd = 68;                   // floats per token row of the gate|up epilogue's tiles
+static_assert(2 * kBN * kSituLd * 4 <= kXRegionBytes, "the epilogue's tiles reuse the X stages");
 static_assert(G::kChunkElems == 2 * kWK && G::kChunkBlocks == 1);
-
-// The block's shape by its warpgroup count: 2 (the default: 128 weight rows × up to 128 tokens a
-// tile) or 3 (`QuantGemmParams::wgmma_192_rows`: 192 weight rows × up to 96 tokens, so each x tile
-// feeds 1.5x the weight rows — x is re-read by 2/3 as many row tiles — and 12 warps share an SM
-// instead of 8; the narrower width keeps the accumulators at 48 registers, so 3 warpgroups fit
-// 168 registers a thread).
-template <int kWG>
-struct BlockShape {
-  static_assert(kWG == 2 || kWG == 3);
-  static constexpr int kThreads = 128 * kWG;
-  static constexpr int kWarps = 4 * kWG;
-  static constexpr int kRows = 64 * kWG;                   // weight rows (stage rows) of a tile
-  static constexpr int kGateUpRows = 32 * kWG;             // output rows of a gate|up tile
-  static constexpr int kMaxN = kWG == 2 ? 128 : 96;        // tokens of a tile (the widest wgmma)
-  static constexpr int kAcc = kMaxN / 2;                   // accumulators a thread
-  static constexpr int kSituLd = kWG == 2 ? 68 : 100;      // floats a token row of the gate|up tiles
-  static constexpr int kXRowsPerItem = kThreads / 16;      // token rows one pass of x copies covers
-  static constexpr int kXItems = kMaxN / kXRowsPerItem;  // 8 or 4: exactly the tile's rows
-  static constexpr int kRawStageBytes = kRows * G::kRegion;
-  static constexpr int kSmem = kCodeGridBytes + kRawStages * kRawStageBytes + 1024 + kXRegionBytes;
-  static_assert(2 * kMaxN * kSituLd * 4 <= kXRegionBytes, "the epilogue's tiles reuse the X stages");
-  static_assert(kXRowsPerItem % 8 == 0, "an x item's rows keep the thread's swizzle phase");
-  static_assert(kXItems * kXRowsPerItem == kMaxN);
-  // the host's tiles (PrepareArgs, FindTile) are these
-  static constexpr WgmmaTile kTile = kWG == 2 ? kWgmmaTile : kWgmmaTile192;
-  static_assert(kTile.rows == kRows && kTile.gate_up_rows == kGateUpRows && kTile.tokens == kMaxN);
-};
-
-// A gate|up tile's stage row r (0 .. kRows): which matrix and which of the tile's kGateUpRows
-// rows. 2 warpgroups: rows 0-63 gate, 64-127 up. 3: 0-63 gate 0-63, 64-127 up 0-63, 128-159 gate
-// 64-95, 160-191 up 64-95 (a warpgroup's two 8-row halves of a thread, r and r + 8, always fall in
-// the same matrix).
-struct GateUpRow {
-  bool up;
-  int row;
-};
-template <int kWG>
-__host__ __device__ __forceinline__ GateUpRow GateUpRowOf(int r) {
-  if constexpr (kWG == 2) {
-    return {r >= 64, r & 63};
-  } else {
-    return r < 64 ? GateUpRow{false, r} : r < 128 ? GateUpRow{true, r - 64} : r < 160 ? GateUpRow{false, r - 64}
-                                                                                  : GateUpRow{true, r - 96};
-  }
-}
 
 // ---- wgmma -------------------------------------------------------------------------------------
 
@@ -116,10 +75,11 @@ constexpr uint32_t kDescHi = (1024u >> 4) | (1u << 30);
 // desc_lo and high word kDescHi), f16 in, f32 accumulate. The descriptor is put together inside the
 // asm from two 32-bit words, so a k16 step's descriptor is one 32-bit add of a constant (as a
 // 64-bit value the compiler spent ~5 uniform instructions per wgmma on it).
-template <int N, int kA>
-__device__ __forceinline__ void WgmmaRs(float (&d)[kA], const uint32_t (&a)[4], uint32_t desc_lo) {
-  static_assert(N / 2 <= kA);
-  if constexpr (N == 32) {
+template <int N>
+__device__ __forceinline__ void WgmmaRs(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo);
+
+template <>
+__device__ __forceinline__ void WgmmaRs<32>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
       "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%20, %21};\nsetp.ne.b32 p, %22, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
@@ -127,7 +87,10 @@ __device__ __forceinline__ void WgmmaRs(float (&d)[kA], const uint32_t (&a)[4], 
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]),
         "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
-  } else if constexpr (N == 64) {
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRs<64>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
       "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%36, %37};\nsetp.ne.b32 p, %38, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
@@ -138,7 +101,10 @@ __device__ __forceinline__ void WgmmaRs(float (&d)[kA], const uint32_t (&a)[4], 
         "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]),
         "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
-  } else if constexpr (N == 96) {
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRs<96>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
       "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%52, %53};\nsetp.ne.b32 p, %54, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n96k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, "
@@ -151,8 +117,10 @@ __device__ __forceinline__ void WgmmaRs(float (&d)[kA], const uint32_t (&a)[4], 
         "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]),
         "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
-  } else {
-    static_assert(N == 128);
+}
+
+template <>
+__device__ __forceinline__ void WgmmaRs<128>(float (&d)[64], const uint32_t (&a)[4], uint32_t desc_lo) {
   asm volatile(
       "{\n.reg .pred p;\n.reg .b64 d;\nmov.b64 d, {%68, %69};\nsetp.ne.b32 p, %70, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, "
@@ -168,7 +136,6 @@ __device__ __forceinline__ void WgmmaRs(float (&d)[kA], const uint32_t (&a)[4], 
         "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]),
         "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
-  }
 }
 
 __device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
@@ -181,10 +148,9 @@ __device__ __forceinline__ void WgmmaWait() {
 // tensor cores' (async proxy's) reads after the next barrier.
 __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 // Keeps the compiler from moving accumulator accesses across the asynchronous wgmma.
-template <int kA>
-__device__ __forceinline__ void FenceAcc(float (&d)[kA]) {
+__device__ __forceinline__ void FenceAcc(float (&d)[64]) {
 #pragma unroll
-  for (int i = 0; i < kA; ++i) asm volatile("" : "+f"(d[i])::"memory");
+  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
 // Low word of the matrix descriptor of a K-major tile with the 128-byte swizzle at shared address
@@ -264,12 +230,11 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool
 // copied whole, 16 bytes, the next block's bytes included (only the matrix's end clamps it): the
 // decode reads only the chunk's 50 bytes, and pieces cut at the chunk's end cost the L1 ~3.5x their
 // ideal wavefronts (Nsight Compute: 28 per copy instruction against 8; whole pieces, -3% time).
-template <bool kGateUp, int kWG>
+template <bool kGateUp>
 struct Iq1sChunkCopy {
-  using S = BlockShape<kWG>;
-  static constexpr int kPieces = G::kLanesPerRow, kRowsPerPass = 32 / kPieces, kPassRows = S::kWarps * kRowsPerPass;
-  static_assert(S::kRows == 2 * kPassRows, "two passes of rows per tile");
-  const uint8_t* base[2];  // the pass's matrix (kGateUp: gate or up by GateUpRowOf)
+  static constexpr int kPieces = G::kLanesPerRow, kRowsPerPass = 32 / kPieces, kPassRows = 8 * kRowsPerPass;
+  static_assert(kBM == 2 * kPassRows, "two passes of rows per tile");
+  const uint8_t* base[2];  // the pass's matrix (kGateUp: pass 1 is the up matrix)
   uint32_t row_off[2];     // the row's byte offset in its matrix
   uint32_t dst[2];         // the piece's shared offset in a stage
   uint32_t piece16;        // 16·piece
@@ -284,17 +249,16 @@ struct Iq1sChunkCopy {
     mat_bytes = static_cast<uint32_t>(a.rows * a.row_bytes);
 #pragma unroll
     for (int ps = 0; ps < 2; ++ps) {
-      const int r = row_first + ps * kPassRows;  // stage row
-      const GateUpRow gu = GateUpRowOf<kWG>(r);
-      const int mrow = kGateUp ? gu.row : r;  // the row's place in the tile of its matrix
-      base[ps] = kGateUp && gu.up ? wbase_up : wbase;
+      const int r = row_first + ps * kPassRows;      // stage row
+      const int mrow = kGateUp ? r % (kBM / 2) : r;  // the row's place in the tile of its matrix
+      base[ps] = kGateUp && ps == 1 ? wbase_up : wbase;
       row_off[ps] = static_cast<uint32_t>((r0 + mrow) * a.row_bytes);
       dst[ps] = static_cast<uint32_t>(r * G::kRegion) + piece16;
       valid[ps] = mrow < n_rows;
     }
   }
 
-  // Chunk c (block c of every row) into `stage` ([kRows][kRegion] bytes): the piece's 16 bytes from
+  // Chunk c (block c of every row) into `stage` ([kBM][kRegion] bytes): the piece's 16 bytes from
   // the 16-byte boundary at or before the chunk when any of them is the chunk's (pieces wholly past
   // its end, and rows past the tile, zero-filled with no read), nothing read past the matrix.
   __device__ __forceinline__ void Issue(int c, uint8_t* stage) const {
@@ -311,12 +275,10 @@ struct Iq1sChunkCopy {
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <bool kGateUp, int kWG>
-__global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(const Args a) {
+template <bool kGateUp>
+__global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   PdlEnter();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using S = BlockShape<kWG>;
-  constexpr int kThreads = S::kThreads, kBN = S::kMaxN, kSituLd = S::kSituLd;
   extern __shared__ __align__(16) uint8_t smem[];
   __shared__ int32_t s_xrow[kBN];
   __shared__ int32_t s_group;
@@ -326,15 +288,15 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
   // ---- shared memory: [code grid][raw stages][X stages, 1024-byte aligned] ----
   const uint32_t* const code_grid = StageIq1sCodeGrid(smem);  // once per block: the grid is persistent
   uint8_t* const raw = smem + kCodeGridBytes;
-  const uint32_t x_lo = SmemAddr(raw + kRawStages * S::kRawStageBytes);
-  uint8_t* const xs = raw + kRawStages * S::kRawStageBytes + (((x_lo + 1023u) & ~1023u) - x_lo);
+  const uint32_t x_lo = SmemAddr(raw + kRawBytes);
+  uint8_t* const xs = raw + kRawBytes + (((x_lo + 1023u) & ~1023u) - x_lo);
   const uint32_t xs_addr = SmemAddr(xs);
 
   // Persistent: the block takes tiles blockIdx.x, + gridDim.x, ... of the tile order.
   const int64_t n_tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
 #pragma unroll 1
   for (int64_t lin = blockIdx.x; lin < n_tiles; lin += gridDim.x) {
-    constexpr int kTileRows = kGateUp ? S::kGateUpRows : S::kRows;  // output rows per tile
+    constexpr int kTileRows = kGateUp ? kBM / 2 : kBM;  // output rows per tile
     const TileSpan t = FindTile<kBN, kThreads, kTileRows>(a, lin, &s_group);
     if (t.p_end <= t.p0) continue;  // an empty tile (uniform over the block)
     const int64_t r0 = t.r0, p0 = t.p0;
@@ -346,34 +308,33 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
     __syncthreads();  // s_xrow (and, for the first tile, the code grid)
 
     // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
-    const Iq1sChunkCopy<kGateUp, kWG> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
-    // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + R·i (R = kThreads / 16, rows < N);
-    // piece qq lands in K half qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte
-    // swizzle; R is a multiple of 8). Rows outside x and past the tile are zero-filled (no read).
-    constexpr int kXItems = S::kXItems, kXRows = S::kXRowsPerItem;
+    const Iq1sChunkCopy<kGateUp> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
+    // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i (i < N / 16); piece qq lands
+    // in K half qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x
+    // and past the tile are zero-filled (no read).
+    constexpr int kXItems = kBN * 16 / kThreads;
     const int xqq = tid & 15;
     const __half* xsrc[kXItems];
     uint32_t xbytes[kXItems];
 #pragma unroll
     for (int i = 0; i < kXItems; ++i) {
-      const int32_t src = s_xrow[(tid >> 4) + kXRows * i];
+      const int32_t src = s_xrow[(tid >> 4) + 16 * i];
       xsrc[i] = a.xh + (src >= 0 ? static_cast<int64_t>(src) * a.cols + 8 * xqq : 0);
       xbytes[i] = src >= 0 ? 16u : 0u;
     }
     const uint32_t x_dst_row = (tid >> 4) * 128 + (((xqq & 7) ^ ((tid >> 4) & 7)) << 4);
 
     // ---- decode of window v into A fragments: stage rows mrow and mrow + 8, group 4·(v%2) + tq;
-    // trow: the matrix row's offset in the tile (kGateUp: by GateUpRowOf, gate or up rows from r0) ----
+    // trow: the matrix row's offset in the tile (kGateUp: each warpgroup's rows start at r0) ----
     const int tq = lane & 3;
     const int mrow = 64 * (warp >> 2) + 16 * (warp & 3) + (lane >> 2);
-    const GateUpRow gu = GateUpRowOf<kWG>(mrow);  // kGateUp: this thread's matrix (rows mrow, mrow + 8)
-    const int trow = kGateUp ? gu.row : mrow;
+    const int trow = kGateUp ? mrow & 63 : mrow;
     int row_mis[2];
 #pragma unroll
     for (int rr = 0; rr < 2; ++rr) row_mis[rr] = static_cast<int>(((r0 + trow + 8 * rr) * a.row_bytes) & 15);
     auto decode = [&](int v, uint32_t(&A)[8][4]) {
       const int c = v >> 1;
-      const uint8_t* const stage = raw + (c % kRawStages) * S::kRawStageBytes;
+      const uint8_t* const stage = raw + (c % kRawStages) * (kBM * G::kRegion);
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int row = mrow + 8 * rr;
@@ -391,10 +352,10 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
     };
 
     // ---- accumulators; the wgmma width N is the tile's tokens rounded up to 32 ----
-    float acc[S::kAcc];
+    float acc[64];
 #pragma unroll
-    for (int i = 0; i < S::kAcc; ++i) acc[i] = 0.0f;
-    const int width = (n_tok + 31) / 32;  // 1 .. kMaxN / 32
+    for (int i = 0; i < 64; ++i) acc[i] = 0.0f;
+    const int width = (n_tok + 31) / 32;  // 1..4
 
     // ---- pipeline ----
     // Group G_v holds X(v) (and chunk v/2 for even v); G_0 .. G_{D-1} in the prologue, G_{w+D} in
@@ -418,18 +379,14 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
         uint8_t* const stage = xs + (v % X::kStages) * X::kStageBytes + x_dst0;
         const int col = v * kWK;
 #pragma unroll
-        for (int i = 0; i < (N + kXRows - 1) / kXRows; ++i) {
-          if (N % kXRows == 0 || (tid >> 4) + kXRows * i < N) {
-            CpAsync16Zfill(stage + kXRows * 128 * i, xsrc[i] + col, xbytes[i]);
-          }
-        }
-        if (v % 2 == 0) raw_copy.Issue(v / 2, raw + (v / 2 % kRawStages) * S::kRawStageBytes);
+        for (int i = 0; i < N / 16; ++i) CpAsync16Zfill(stage + 16 * 128 * i, xsrc[i] + col, xbytes[i]);
+        if (v % 2 == 0) raw_copy.Issue(v / 2, raw + (v / 2 % kRawStages) * (kBM * G::kRegion));
       };
       auto mma = [&](int v, const uint32_t(&A)[8][4]) {
         const uint32_t desc_lo = DescSw128Lo(xs_addr + (v % X::kStages) * X::kStageBytes);
 #pragma unroll
         for (int s = 0; s < 8; ++s) {
-          WgmmaRs<N, S::kAcc>(acc, A[s], desc_lo + (((s >> 2) * X::kAtomBytes + (s & 3) * 32) >> 4));
+          WgmmaRs<N>(acc, A[s], desc_lo + (((s >> 2) * X::kAtomBytes + (s & 3) * 32) >> 4));
         }
       };
 #pragma unroll
@@ -468,24 +425,23 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
       pipeline.template operator()<32>();
     } else if (width == 2) {
       pipeline.template operator()<64>();
-    } else if (kBN == 96 || width == 3) {
+    } else if (width == 3) {
       pipeline.template operator()<96>();
-    } else if constexpr (kBN == 128) {
+    } else {
       pipeline.template operator()<128>();
     }
     CpAsyncWait<0>();  // nothing may be left in flight into shared memory at exit
 
     // ---- epilogue: acc[4j + q] = tile row trow + 8(q/2), token 8j + 2tq + q%2 ----
     if constexpr (kGateUp) {
-      // Every warpgroup's accumulators to shared memory (the X stages; [token][row], rows padded to
+      // Both warpgroups' accumulators to shared memory (the X stages; [token][row], rows padded to
       // kSituLd floats: the fragment stores hit 32 banks), then every thread takes (row, token)
-      // elements row-fastest: situ spread over all warps, stores along token rows.
-      constexpr int kOut = S::kGateUpRows;
+      // elements row-fastest: situ spread over all 8 warps, stores of whole 256-byte token rows.
       float* const tile_g = reinterpret_cast<float*>(xs);
-      float* const tile = tile_g + (gu.up ? kBN * kSituLd : 0);  // gate, then up
-      __syncthreads();  // every warpgroup's wgmma (waited for above) is done reading the X stages
+      float* const tile = tile_g + (warp >= 4 ? kBN * kSituLd : 0);  // gate, then up
+      __syncthreads();  // both warpgroups' wgmma (waited for above) are done reading the X stages
 #pragma unroll
-      for (int j = 0; j < S::kAcc / 4; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           if (j < 4 * width) tile[(8 * j + 2 * tq + (q & 1)) * kSituLd + trow + 8 * (q >> 1)] = acc[4 * j + q];
@@ -497,10 +453,10 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
         // Pairs of rows (2i, 2i + 1) as one __half2 at the x pre-pass's slots (WgmmaXColumn: an
         // even element's odd neighbour is the next slot); rows % 128 == 0, so n_rows is even and
         // windows whole.
-        const int m = 2 * (tid % (kOut / 2));
+        const int m = 2 * (tid & 31);
         const int64_t col = WgmmaXColumn(r0 + m);
 #pragma unroll 4
-        for (int n = tid / (kOut / 2); n < n_tok; n += kThreads / (kOut / 2)) {
+        for (int n = tid >> 5; n < n_tok; n += kThreads / 32) {
           if (m < n_rows) {
             const float2 g = *reinterpret_cast<const float2*>(tile_g + n * kSituLd + m);
             const float2 u = *reinterpret_cast<const float2*>(tile_u + n * kSituLd + m);
@@ -510,9 +466,9 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
           }
         }
       } else {
-        const int m = tid % kOut;
+        const int m = tid & 63;
 #pragma unroll 4
-        for (int n = tid / kOut; n < n_tok; n += kThreads / kOut) {
+        for (int n = tid >> 6; n < n_tok; n += kThreads / 64) {
           if (m < n_rows) {
             const float g = tile_g[n * kSituLd + m], u = tile_u[n * kSituLd + m];
             a.y[(p0 + n) * a.y_stride + r0 + m] = detail::SituValue(g, u, a.situ_beta, a.situ_lambda);
@@ -521,7 +477,7 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < S::kAcc / 4; ++j) {
+      for (int j = 0; j < 16; ++j) {
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
           const int m = trow + 8 * (q >> 1), n = 8 * j + 2 * tq + (q & 1);
@@ -538,25 +494,18 @@ __global__ void __launch_bounds__(BlockShape<kWG>::kThreads, 1) Iq1sWgmmaKernel(
 
 }  // namespace
 
-namespace {
-template <int kWG>
-cudaError_t LaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream) {
-  using S = BlockShape<kWG>;
-  const auto fn = gate_up ? Iq1sWgmmaKernel<true, kWG> : Iq1sWgmmaKernel<false, kWG>;
-  const void* kernel = reinterpret_cast<const void*>(fn);
-  if (const cudaError_t e = PrepareGemmKernel(kernel, S::kSmem); e != cudaSuccess) return e;
-  const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
-  const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
-  K3_CUDA_CHECK(LaunchKernel(fn, static_cast<unsigned>(blocks), S::kThreads, S::kSmem, stream, a));
-  return cudaSuccess;
-}
-}  // namespace
-
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, bool rows192, cudaStream_t stream) {
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream) {
   // Iq1sChunkCopy's weight offsets are 32-bit: matrices under 2 GiB (WgmmaSmsFor sends larger
   // ones to the mma.sync kernel; this guards the launcher itself)
   if (a.rows * static_cast<int64_t>(a.row_bytes) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  return rows192 ? LaunchIq1sWgmma<3>(a, sms, gate_up, stream) : LaunchIq1sWgmma<2>(a, sms, gate_up, stream);
+  const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
+  const void* kernel = reinterpret_cast<const void*>(fn);
+  constexpr int smem = kCodeGridBytes + kRawBytes + 1024 + kXRegionBytes;
+  if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;
+  const int64_t tiles = static_cast<int64_t>(a.row_tiles) * a.token_tiles;
+  const int64_t blocks = std::min<int64_t>(tiles, sms);  // one block per SM fits (shared memory)
+  K3_CUDA_CHECK(LaunchKernel(fn, static_cast<unsigned>(blocks), kThreads, smem, stream, a));
+  return cudaSuccess;
 }
 
 }  // namespace k3::cuda::qgemm

@@ -284,12 +284,10 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   const int wgmma_sms = WgmmaSmsFor(p);
   const bool wgmma = wgmma_sms > 0;
   if (p.x_half != nullptr && !wgmma) return cudaErrorInvalidValue;  // only the wgmma kernel's layout
-  const WgmmaTile tile = p.wgmma_192_rows ? kWgmmaTile192 : kWgmmaTile;
-  const int64_t bm = wgmma ? tile.rows : kBM;
-  const int64_t bn = wgmma ? tile.tokens : small_tiles ? kTokensGrouped : kTokensPlain;
+  const int64_t bn = wgmma ? kWgmmaTokens : small_tiles ? kTokensGrouped : kTokensPlain;
   Args a;
-  if (const cudaError_t e = PrepareArgs(p, bm, bn, wgmma, stream, &a); e != cudaSuccess) return e;
-  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, false, p.wgmma_192_rows, stream);
+  if (const cudaError_t e = PrepareArgs(p, kBM, bn, wgmma, stream, &a); e != cudaSuccess) return e;
+  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, false, stream);
   K3_CUDA_CHECK(FindLaunch(p.type).gemm(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }
@@ -311,14 +309,12 @@ cudaError_t QuantGemmGateUpSitu(const QuantGemmGateUpParams& p, cudaStream_t str
   if (g.rows == 0 || g.n_tokens == 0) return cudaSuccess;
   if (const cudaError_t e = CheckWorkspace(g); e != cudaSuccess) return e;
   Args a;
-  const WgmmaTile tile = g.wgmma_192_rows ? kWgmmaTile192 : kWgmmaTile;
-  const cudaError_t prep = PrepareArgs(g, tile.gate_up_rows, tile.tokens, true, stream, &a);
-  if (prep != cudaSuccess) return prep;
+  if (const cudaError_t e = PrepareArgs(g, kBM / 2, kWgmmaTokens, true, stream, &a); e != cudaSuccess) return e;
   a.w_up = static_cast<const uint8_t*>(p.up_weight);
   a.situ_beta = p.situ_beta;
   a.situ_lambda = p.situ_lambda;
   a.y_half = static_cast<__half*>(p.y_half);
-  return GemmLaunchIq1sWgmma(a, sms, true, g.wgmma_192_rows, stream);
+  return GemmLaunchIq1sWgmma(a, sms, true, stream);
 }
 
 cudaError_t QuantDequantF16(const QuantDequantF16Params& p, cudaStream_t stream) {

@@ -72,10 +72,6 @@ struct QuantGemmParams {
   // an sm_90 GPU and an sm_90a build) unless this is false: the same products of the same f16 values,
   // summed in another order (so not bit for bit the mma.sync kernel's results; the same accuracy bounds).
   bool wgmma = true;
-  // With the wgmma kernel: its 3-warpgroup block, 192 weight rows (gate|up: 96 of each) × up to 96
-  // tokens a tile, instead of 128 × 128 (fewer x reads per weight row, 12 warps an SM). The same
-  // products; the wgmma width of a token can differ (tiles of 96), so not bit for bit the default's.
-  bool wgmma_192_rows = false;
   // x already rounded to f16 in the wgmma kernel's layout (the pre-pass's plane, as
   // QuantGemmGateUpParams::y_half writes it): [x_rows ? x_src_rows : n_tokens][cols] device,
   // 256-byte aligned. The pre-pass is skipped; x and the workspace are then not used (may be null).
