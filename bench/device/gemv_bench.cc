@@ -1,8 +1,9 @@
 // Times the dequantizing GEMV (k3::cuda::QuantGemv) at the K3 shapes with CUDA events and prints
 // the achieved bandwidth against the H200 floor (4.4 TB/s measured read bandwidth here); then the
 // direct-load GEMV (k3::cuda::QuantGemvDirect, repacked Q8_0) against it on the decode shapes.
-//   k3_cuda_gemv_bench [out.csv] [--direct | --direct-only] [--direct-csv=path]
-// (--direct adds the direct-load cases after the others, --direct-only runs just those.)
+//   k3_cuda_gemv_bench [out.csv] [--direct | --direct-only | --direct-sweep] [--direct-csv=path]
+// (--direct adds the direct-load cases after the others, --direct-only runs just those,
+// --direct-sweep times every cut of the direct GEMV for the Q8_0 and F32 ones instead.)
 // Per case: weights in several copies (rotated so no launch finds its weights in the 50 MB L2),
 // random data (never zeros), 20 warm-up launches, then the median of 100 individually timed
 // launches ("single", launch latency included) and the mean of 100 back-to-back launches
@@ -241,42 +242,72 @@ struct DirectCase {
   int64_t rows, cols;
 };
 
-// One shape at M = 1, 2, 4: QuantGemv on ggml blocks vs QuantGemvDirect (Q8_0 repacked on the device
-// from the same blocks), each over its own copies of the weights rotated through >= 256 MB.
-void RunDirectShape(const DirectCase& c, FILE* csv) {
+// A shape's weights: `copies` copies of the same random ggml blocks (rotated through >= 256 MB so
+// that each launch reads from HBM, not L2) and, for Q8_0, each repacked for the direct GEMV.
+struct DirectWeights {
+  size_t row_bytes = 0, ggml_bytes = 0, direct_bytes = 0;
+  int copies = 0;
+  std::vector<uint8_t*> old_w, new_w;
+  double repack_us = 0;  // one RepackQ8_0 of the second copy (no first-launch cost)
+  bool q8 = false;
+};
+
+DirectWeights MakeDirectWeights(const DirectCase& c, std::mt19937_64& rng) {
+  DirectWeights d;
   const auto& tr = k3::quant::Traits(c.type);
-  const size_t row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
-  const size_t ggml_bytes = row_bytes * c.rows;
-  const bool q8 = c.type == GgmlType::kQ8_0;
-  const size_t direct_bytes = q8 ? k3::cuda::RepackedQ8_0Bytes(c.rows, c.cols) : ggml_bytes;
-  int copies = static_cast<int>(std::ceil(256e6 / static_cast<double>(ggml_bytes)));
-  copies = std::max(2, std::min(copies, 64));
-  std::mt19937_64 rng(777);
-  std::vector<uint8_t> host(ggml_bytes);
+  d.row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
+  d.ggml_bytes = d.row_bytes * c.rows;
+  d.q8 = c.type == GgmlType::kQ8_0;
+  d.direct_bytes = d.q8 ? k3::cuda::RepackedQ8_0Bytes(c.rows, c.cols) : d.ggml_bytes;
+  d.copies = static_cast<int>(std::ceil(256e6 / static_cast<double>(d.ggml_bytes)));
+  d.copies = std::max(2, std::min(d.copies, 64));
+  std::vector<uint8_t> host(d.ggml_bytes);
   FillRandom(c.type, host, rng);
-  std::vector<uint8_t*> old_w(copies), new_w(copies, nullptr);
-  double repack_us = 0;
-  for (int i = 0; i < copies; ++i) {
-    CHECK(cudaMalloc(&old_w[i], ggml_bytes));
-    CHECK(cudaMemcpy(old_w[i], host.data(), ggml_bytes, cudaMemcpyHostToDevice));
-    if (q8) {
-      CHECK(cudaMalloc(&new_w[i], direct_bytes));
+  d.old_w.assign(d.copies, nullptr);
+  d.new_w.assign(d.copies, nullptr);
+  for (int i = 0; i < d.copies; ++i) {
+    CHECK(cudaMalloc(&d.old_w[i], d.ggml_bytes));
+    CHECK(cudaMemcpy(d.old_w[i], host.data(), d.ggml_bytes, cudaMemcpyHostToDevice));
+    if (d.q8) {
+      CHECK(cudaMalloc(&d.new_w[i], d.direct_bytes));
       cudaEvent_t e0, e1;
       CHECK(cudaEventCreate(&e0));
       CHECK(cudaEventCreate(&e1));
       CHECK(cudaEventRecord(e0, nullptr));
-      CHECK(k3::cuda::RepackQ8_0(old_w[i], c.rows, c.cols, new_w[i], nullptr));
+      CHECK(k3::cuda::RepackQ8_0(d.old_w[i], c.rows, c.cols, d.new_w[i], nullptr));
       CHECK(cudaEventRecord(e1, nullptr));
       CHECK(cudaEventSynchronize(e1));
       float ms = 0;
       CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (i == 1 || copies == 1) repack_us = 1e3 * ms;  // the second: no first-launch cost
+      if (i == 1) d.repack_us = 1e3 * ms;
       CHECK(cudaEventDestroy(e0));
       CHECK(cudaEventDestroy(e1));
     } else {
-      new_w[i] = old_w[i];
+      d.new_w[i] = d.old_w[i];
     }
   }
+  return d;
+}
+
+void FreeDirectWeights(DirectWeights& d) {
+  for (int i = 0; i < d.copies; ++i) {
+    CHECK(cudaFree(d.old_w[i]));
+    if (d.q8) CHECK(cudaFree(d.new_w[i]));
+  }
+  d = DirectWeights{};
+}
+
+// One shape at M = 1, 2, 4: QuantGemv on ggml blocks vs QuantGemvDirect (Q8_0 repacked on the device
+// from the same blocks), each over its own copies of the weights rotated through >= 256 MB.
+void RunDirectShape(const DirectCase& c, FILE* csv) {
+  std::mt19937_64 rng(777);
+  DirectWeights d = MakeDirectWeights(c, rng);
+  const size_t row_bytes = d.row_bytes;
+  const int copies = d.copies;
+  const bool q8 = d.q8;
+  const double repack_us = d.repack_us;
+  const std::vector<uint8_t*>& old_w = d.old_w;
+  const std::vector<uint8_t*>& new_w = d.new_w;
   const int64_t max_tokens = 4;
   std::vector<float> hx(max_tokens * c.cols);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -342,16 +373,88 @@ void RunDirectShape(const DirectCase& c, FILE* csv) {
     }
   }
   if (q8) std::printf("direct %-28s repack (one-time) %.1f us\n", c.name, repack_us);
-  for (int i = 0; i < copies; ++i) {
-    CHECK(cudaFree(old_w[i]));
-    if (q8) CHECK(cudaFree(new_w[i]));
-  }
+  FreeDirectWeights(d);
   CHECK(cudaFree(x));
   CHECK(cudaFree(y));
 }
 
-void RunDirectCases(FILE* csv) {
-  if (csv) {
+// The direct GEMV's cut searched (--direct-sweep): for M = 1 and 4, every slice count and 1, 2, 4
+// or 8 row groups per block, back-to-back launches over the rotated copies. Prints the plan's
+// time, the best cut's, and a row per slice count (us per groups-per-block choice).
+void SweepDirectShape(const DirectCase& c, FILE* csv) {
+  std::mt19937_64 rng(777);
+  DirectWeights d = MakeDirectWeights(c, rng);
+  const int64_t max_tokens = 4;
+  std::vector<float> hx(max_tokens * c.cols);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : hx) v = nd(rng);
+  float *x = nullptr, *y = nullptr;
+  CHECK(cudaMalloc(&x, hx.size() * 4));
+  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&y, static_cast<size_t>(max_tokens * c.rows) * 4));
+  k3::cuda::QuantGemvDirectPlan plan;
+  CHECK(k3::cuda::QuantGemvDirectPlanFor(c.type, c.rows, c.cols, &plan) ? cudaSuccess : cudaErrorInvalidValue);
+  const int max_slices = std::min(plan.steps, 16);
+  const int gpbs[] = {1, 2, 4, 8};
+  for (int64_t tokens : {1, 4}) {
+    k3::cuda::QuantGemvDirectParams np;
+    np.type = c.type;
+    np.rows = c.rows;
+    np.cols = c.cols;
+    np.x = x;
+    np.x_stride = c.cols;
+    np.y = y;
+    np.y_stride = c.rows;
+    np.n_tokens = tokens;
+    auto time_cut = [&](int slices, int gpb) {
+      np.plan_slices = slices;
+      np.plan_groups_per_block = gpb;
+      return TimeLaunches([&](int i) {
+               np.weight = d.new_w[i % d.copies];
+               CHECK(k3::cuda::QuantGemvDirect(np, nullptr));
+             }).stream_us;
+    };
+    const double plan_us = time_cut(0, 0);
+    double best_us = plan_us;
+    int best_s = plan.slices, best_g = plan.groups_per_block;
+    std::string grid;
+    for (int sl = 1; sl <= max_slices; ++sl) {
+      char buf[64];
+      std::snprintf(buf, sizeof buf, "\n    S=%-2d", sl);
+      grid += buf;
+      for (int gpb : gpbs) {
+        k3::cuda::QuantGemvDirectPlan forced;
+        if (!k3::cuda::QuantGemvDirectPlanWith(c.type, c.rows, c.cols, sl, gpb, &forced)) continue;
+        const double us = time_cut(sl, gpb);
+        std::snprintf(buf, sizeof buf, "  g%d %7.2f", gpb, us);
+        grid += buf;
+        if (csv != nullptr) {
+          std::fprintf(csv, "%s,%s,%lld,%lld,%lld,%d,%d,%lld,%.3f,%.3f\n", c.name,
+                       std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
+                       static_cast<long long>(c.cols), static_cast<long long>(tokens), sl, gpb,
+                       static_cast<long long>(forced.blocks), us, plan_us);
+        }
+        if (us < best_us) best_us = us, best_s = sl, best_g = gpb;
+      }
+    }
+    const double bytes = static_cast<double>(k3::cuda::QuantGemvDirectMinBytes(np));
+    std::printf("sweep %-28s %-4s %6lld x %-6lld M=%lld floor %7.2f us | plan S=%d g=%d R=%d %7.2f us | best S=%d g=%d "
+                "%7.2f us (x%.3f)%s\n",
+                c.name, std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
+                static_cast<long long>(c.cols), static_cast<long long>(tokens), bytes / (kFloorTBs * 1e6),
+                plan.slices, plan.groups_per_block, plan.rows_per_warp, plan_us, best_s, best_g, best_us,
+                plan_us / best_us, grid.c_str());
+    std::fflush(stdout);
+  }
+  FreeDirectWeights(d);
+  CHECK(cudaFree(x));
+  CHECK(cudaFree(y));
+}
+
+void RunDirectCases(FILE* csv, bool sweep) {
+  if (csv && sweep) {
+    std::fprintf(csv, "case,type,rows,cols,tokens,slices,groups_per_block,blocks,stream_us,plan_stream_us\n");
+  } else if (csv) {
     std::fprintf(csv, "case,type,rows,cols,tokens,bytes,floor_us,old_single_us,old_stream_us,new_single_us,"
                       "new_stream_us,new_stream_gbs,new_pct_of_floor,repack_us,rows_per_warp,slices,blocks,nonfinite\n");
   }
@@ -375,7 +478,13 @@ void RunDirectCases(FILE* csv) {
       {"generic 7168->12288", GgmlType::kBF16, 12288, 7168},
       {"generic 7168->12288", GgmlType::kF16, 12288, 7168},
   };
-  for (const DirectCase& c : cases) RunDirectShape(c, csv);
+  for (const DirectCase& c : cases) {
+    if (!sweep) {
+      RunDirectShape(c, csv);
+    } else if (c.type == GgmlType::kQ8_0 || c.type == GgmlType::kF32) {
+      SweepDirectShape(c, csv);
+    }
+  }
 }
 
 }  // namespace
@@ -386,7 +495,7 @@ int main(int argc, char** argv) {
     std::printf("no CUDA device: nothing to time\n");
     return 0;
   }
-  bool direct = false, direct_only = false;
+  bool direct = false, direct_only = false, sweep = false;
   const char* csv_path = nullptr;
   const char* direct_csv_path = nullptr;
   std::string only;  // --only=SUBSTR: the generic cases whose name contains SUBSTR
@@ -394,6 +503,8 @@ int main(int argc, char** argv) {
     const std::string a = argv[i];
     if (a == "--direct-only") {
       direct = direct_only = true;
+    } else if (a == "--direct-sweep") {
+      direct = direct_only = sweep = true;
     } else if (a == "--direct") {
       direct = true;
     } else if (a.rfind("--only=", 0) == 0) {
@@ -450,7 +561,7 @@ int main(int argc, char** argv) {
   }
   if (direct) {
     FILE* dcsv = direct_csv_path ? std::fopen(direct_csv_path, "w") : nullptr;
-    RunDirectCases(dcsv);
+    RunDirectCases(dcsv, sweep);
     if (dcsv) std::fclose(dcsv);
   }
   return 0;

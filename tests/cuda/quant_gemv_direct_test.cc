@@ -114,6 +114,30 @@ TEST(QuantGemvDirectHostTest, PlanFillsTheGpuForEveryK3Shape) {
   EXPECT_GE((896 + router.rows_per_warp - 1) / router.rows_per_warp * router.slices, 1024);
 }
 
+TEST(QuantGemvDirectHostTest, ForcedCutIsBoundedAndDefaultsToThePlan) {
+  QuantGemvDirectPlan plan, with;
+  ASSERT_TRUE(QuantGemvDirectPlanFor(GgmlType::kQ8_0, 6144, 7168, &plan));
+  ASSERT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 0, 0, &with));
+  EXPECT_EQ(with.slices, plan.slices);
+  EXPECT_EQ(with.groups_per_block, plan.groups_per_block);
+  EXPECT_EQ(with.blocks, plan.blocks);
+  ASSERT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 2, 0, &with));
+  EXPECT_EQ(with.slices, 2);
+  EXPECT_EQ(with.groups_per_block, 4);  // 8 / slices
+  ASSERT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 0, 3, &with));
+  EXPECT_EQ(with.slices, plan.slices);
+  EXPECT_EQ(with.groups_per_block, 3);
+  EXPECT_EQ(with.items_per_block, 3 * plan.slices);
+  EXPECT_EQ(with.blocks, (6144 / 4 + 2) / 3);
+  // 7168 columns are 14 steps: at most 14 slices; at most 64 groups and 256 items per block.
+  EXPECT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 14, 16, &with));
+  EXPECT_FALSE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 15, 1, &with));
+  EXPECT_FALSE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, -1, 1, &with));
+  EXPECT_FALSE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 1, 65, &with));
+  EXPECT_FALSE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 8, 64, &with));
+  EXPECT_FALSE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 1, -2, &with));
+}
+
 TEST(QuantGemvDirectHostTest, RejectsBadArgumentsWithoutLaunching) {
   // Validation happens before any CUDA call: fake, aligned device pointers are never touched.
   alignas(16) static float fake[64];
@@ -133,6 +157,12 @@ TEST(QuantGemvDirectHostTest, RejectsBadArgumentsWithoutLaunching) {
   QuantGemvDirectParams bad = p;
   bad.type = GgmlType::kQ4_0;
   expect(bad, cudaErrorInvalidValue, "unsupported type");
+  bad = p;
+  bad.plan_slices = 2;  // 256 columns are one step: one slice at most
+  expect(bad, cudaErrorInvalidValue, "forced slices past the steps");
+  bad = p;
+  bad.plan_groups_per_block = 65;
+  expect(bad, cudaErrorInvalidValue, "forced groups per block");
   bad = p;
   bad.cols = 240;  // not whole Q8_0 blocks
   expect(bad, cudaErrorInvalidValue, "cols % 32");
@@ -233,7 +263,7 @@ void MakeWeights(DeviceWeights& w, std::mt19937_64& rng) {
 // Runs y[0..m) = W x[t0 .. t0 + m) with y poisoned; returns y (m rows of y_stride) and checks the
 // padding stayed NaN.
 std::vector<float> Run(const DeviceWeights& w, const DeviceBuffer<float>& x, int64_t x_stride, int64_t t0, int64_t m,
-                       int64_t y_stride) {
+                       int64_t y_stride, int slices = 0, int groups_per_block = 0) {
   DeviceBuffer<float> y(static_cast<size_t>(m * y_stride));
   y.Poison();
   QuantGemvDirectParams p;
@@ -246,6 +276,8 @@ std::vector<float> Run(const DeviceWeights& w, const DeviceBuffer<float>& x, int
   p.y = y.get();
   p.y_stride = y_stride;
   p.n_tokens = m;
+  p.plan_slices = slices;
+  p.plan_groups_per_block = groups_per_block;
   EXPECT_EQ(QuantGemvDirect(p, nullptr), cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   EXPECT_EQ(cudaGetLastError(), cudaSuccess);
@@ -396,6 +428,48 @@ TEST(QuantGemvDirectTest, K3ShapesQ8_0EveryM) {
   for (const ShapeRC& s : kK3Shapes) {
     SCOPED_TRACE(s.name);
     CheckShape(GgmlType::kQ8_0, s.rows, s.cols, ++seed);
+  }
+}
+
+// A forced cut (the benchmarks' search): other groups per block change nothing, bit for bit; other
+// slice counts only the summation order (within the f32 bound of the plan's result), and each cut
+// keeps the batch invariance (M = 4 reproduces M = 1).
+TEST(QuantGemvDirectTest, ForcedCutsKeepTheValues) {
+  K3_REQUIRE_GPU();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{6144, 7168}, {1000, 3584 + 512 + 32}}) {
+    SCOPED_TRACE(::testing::Message() << cols << " -> " << rows);
+    std::mt19937_64 rng(rows + cols);
+    DeviceWeights w(GgmlType::kQ8_0, rows, cols);
+    MakeWeights(w, rng);
+    if (HasFatalFailure()) return;
+    const int64_t x_stride = cols, y_stride = rows;
+    const std::vector<float> hx = Normal(rng, 4 * x_stride, 0.0, 1.0);
+    DeviceBuffer<float> x(hx);
+    QuantGemvDirectPlan plan;
+    ASSERT_TRUE(QuantGemvDirectPlanFor(GgmlType::kQ8_0, rows, cols, &plan));
+    const std::vector<float> base = testing::Run(w, x, x_stride, 0, 1, y_stride);
+    // Bound: f32 reordering of the row's products, 3e-6 of Σ|w·x| (CheckShape's CPU bar is 3e-5).
+    std::vector<double> want(base.begin(), base.end()), bound(rows);
+    std::vector<float> wrow(cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      quant::DequantizeRow(GgmlType::kQ8_0, w.host.data() + r * w.row_bytes, wrow.data(), cols);
+      double a = 0;
+      for (int64_t c = 0; c < cols; ++c) a += std::fabs(static_cast<double>(wrow[c]) * hx[c]);
+      bound[r] = 3e-6 * a;
+    }
+    for (int slices : {1, 2, 3, plan.steps}) {
+      for (int gpb : {1, 2, 5, 8}) {
+        SCOPED_TRACE(::testing::Message() << "slices " << slices << ", groups per block " << gpb);
+        const std::vector<float> one = testing::Run(w, x, x_stride, 0, 1, y_stride, slices, gpb);
+        if (slices == plan.slices) {
+          EXPECT_TRUE(BitEqual(one.data(), base.data(), rows));
+        } else {
+          EXPECT_TRUE(AllClose(one, want, 0.0, 0.0, &bound));
+        }
+        const std::vector<float> four = testing::Run(w, x, x_stride, 0, 4, y_stride, slices, gpb);
+        EXPECT_TRUE(BitEqual(four.data(), one.data(), rows)) << "batch invariance";
+      }
+    }
   }
 }
 

@@ -16,6 +16,10 @@ constexpr int64_t kTargetItems = 4096;
 // Below this many items with 4 rows per warp, a shape is "narrow": 1 row per warp instead.
 constexpr int64_t kNarrowItems = 1024;
 constexpr int kMaxSlices = 16;
+// Bounds of a forced cut (QuantGemvDirectPlanWith): the slice sums of a block fit 32 KB of shared
+// memory (items x 8 tokens x 4 rows x 4 bytes).
+constexpr int kMaxGroupsPerBlock = 64;
+constexpr int kMaxItemsPerBlock = 256;
 constexpr int64_t kMaxCols = int64_t{1} << 28;  // keeps a group's row offsets and x's token offsets 32-bit
 
 int ElemsPerChunk(quant::GgmlType type) {
@@ -66,6 +70,11 @@ int FindMaxThreads(quant::GgmlType type, int m, int r) {
 bool QuantGemvDirectSupports(quant::GgmlType type) { return direct::ElemsPerChunk(type) > 0; }
 
 bool QuantGemvDirectPlanFor(quant::GgmlType type, int64_t rows, int64_t cols, QuantGemvDirectPlan* plan) {
+  return QuantGemvDirectPlanWith(type, rows, cols, 0, 0, plan);
+}
+
+bool QuantGemvDirectPlanWith(quant::GgmlType type, int64_t rows, int64_t cols, int slices, int groups_per_block,
+                             QuantGemvDirectPlan* plan) {
   using namespace direct;
   const int elems = ElemsPerChunk(type);
   if (elems == 0 || rows < 1 || cols < 1 || cols > kMaxCols) return false;
@@ -75,14 +84,19 @@ bool QuantGemvDirectPlanFor(quant::GgmlType type, int64_t rows, int64_t cols, Qu
   p.chunks = cols / elems;
   p.steps = static_cast<int>(CeilDiv(p.chunks, kStepChunks));
   const int max_slices = p.steps < kMaxSlices ? p.steps : kMaxSlices;
+  if (slices < 0 || slices > max_slices || groups_per_block < 0 || groups_per_block > kMaxGroupsPerBlock) return false;
   // Narrow outputs (few rows, so few items even when cut into the most slices): one row per warp
   // gives 4x the warps, hence 4x the loads in flight; otherwise 4 rows per warp share each x load.
   p.rows_per_warp = CeilDiv(rows, 4) * max_slices >= kNarrowItems ? 4 : 1;
   const int64_t groups = CeilDiv(rows, p.rows_per_warp);
-  const int64_t want = CeilDiv(kTargetItems, groups);
-  p.slices = static_cast<int>(want < max_slices ? want : max_slices);
-  p.groups_per_block = p.slices <= 8 ? 8 / p.slices : 1;
+  if (slices == 0) {
+    const int64_t want = CeilDiv(kTargetItems, groups);
+    slices = static_cast<int>(want < max_slices ? want : max_slices);
+  }
+  p.slices = slices;
+  p.groups_per_block = groups_per_block > 0 ? groups_per_block : p.slices <= 8 ? 8 / p.slices : 1;
   p.items_per_block = p.groups_per_block * p.slices;
+  if (p.items_per_block > kMaxItemsPerBlock) return false;
   p.blocks = CeilDiv(groups, p.groups_per_block);
   if (p.blocks > 0x7fffffff) return false;
   *plan = p;
@@ -101,7 +115,10 @@ cudaError_t QuantGemvDirect(const QuantGemvDirectParams& p, cudaStream_t stream)
   if (launch == nullptr) return cudaErrorInvalidValue;
   if (p.rows < 0 || p.cols <= 0 || p.n_tokens < 0) return cudaErrorInvalidValue;
   QuantGemvDirectPlan plan;
-  if (!QuantGemvDirectPlanFor(p.type, p.rows > 0 ? p.rows : 1, p.cols, &plan)) return cudaErrorInvalidValue;
+  if (!QuantGemvDirectPlanWith(p.type, p.rows > 0 ? p.rows : 1, p.cols, p.plan_slices, p.plan_groups_per_block,
+                               &plan)) {
+    return cudaErrorInvalidValue;
+  }
   if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
   if (p.x_stride % 4 != 0 || p.x_stride < p.cols || p.x_stride > kMaxCols || p.y_stride < p.rows) {
     return cudaErrorInvalidValue;

@@ -81,6 +81,11 @@ struct QuantGemvDirectParams {
   const float* add = nullptr;  // [n_tokens][add_stride] device, or nullptr; must not overlap y
   int64_t add_stride = 0;      // floats between token rows of add, >= rows when add is set
   bool accumulate = false;     // y += (sum + add) instead of y = sum + add
+  // QuantGemvDirect only, for benchmarks: the cut forced (QuantGemvDirectPlanWith's slices and
+  // groups_per_block; 0 = the plan's). The slices change the summation order (not the batch
+  // invariance); the groups per block change nothing but speed.
+  int plan_slices = 0;
+  int plan_groups_per_block = 0;
   // QuantGemvMma only: its second form (gemv_direct_mma.cu, MmaSharedXKernel: x staged once per 4
   // warps in shared memory, the columns split over a thread-block cluster). The same products, the
   // sums in another order (the engine's CudaEngineOptions::mma_shared_x decides, on by default).
@@ -120,6 +125,12 @@ struct QuantGemvDirectPlan {
 };
 // False for an unsupported type or a shape QuantGemvDirect would refuse.
 bool QuantGemvDirectPlanFor(quant::GgmlType type, int64_t rows, int64_t cols, QuantGemvDirectPlan* plan);
+// The same with the cut forced, for benchmarks that search it: `slices` in 1..min(steps, 16),
+// `groups_per_block` in 1..64 with groups_per_block * slices <= 256; 0 takes the plan's choice
+// (groups_per_block's then follows the slices: 8 / slices, at least 1). False also for a choice out
+// of range. QuantGemvDirectPlanFor(t, r, c, p) is QuantGemvDirectPlanWith(t, r, c, 0, 0, p).
+bool QuantGemvDirectPlanWith(quant::GgmlType type, int64_t rows, int64_t cols, int slices, int groups_per_block,
+                             QuantGemvDirectPlan* plan);
 
 // ---- the small-batch product on tensor cores (gemv_direct_mma.cu) ------------------------------
 
