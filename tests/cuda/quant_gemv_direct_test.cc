@@ -123,7 +123,10 @@ TEST(QuantGemvDirectHostTest, ForcedCutIsBoundedAndDefaultsToThePlan) {
   EXPECT_EQ(with.blocks, plan.blocks);
   ASSERT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 2, 0, &with));
   EXPECT_EQ(with.slices, 2);
-  EXPECT_EQ(with.groups_per_block, 4);  // 8 / slices
+  EXPECT_EQ(with.groups_per_block, 1);  // wide (4 rows per warp): a block is one row group
+  ASSERT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 96, 7168, 2, 0, &with));
+  EXPECT_EQ(with.rows_per_warp, 1);
+  EXPECT_EQ(with.groups_per_block, 4);  // narrow: 8 / slices
   ASSERT_TRUE(QuantGemvDirectPlanWith(GgmlType::kQ8_0, 6144, 7168, 0, 3, &with));
   EXPECT_EQ(with.slices, plan.slices);
   EXPECT_EQ(with.groups_per_block, 3);

@@ -94,7 +94,11 @@ bool QuantGemvDirectPlanWith(quant::GgmlType type, int64_t rows, int64_t cols, i
     slices = static_cast<int>(want < max_slices ? want : max_slices);
   }
   p.slices = slices;
-  p.groups_per_block = groups_per_block > 0 ? groups_per_block : p.slices <= 8 ? 8 / p.slices : 1;
+  // Wide shapes (4 rows per warp): a block is one row group (its `slices` warps), the finest grain
+  // for the block scheduler; measured on an H100 (2026-12-06): decode b4 +1.3%, b1 unchanged, against
+  // 8 / slices groups. Narrow shapes keep 8 / slices groups so a block still holds ~8 warps.
+  if (groups_per_block == 0) groups_per_block = p.rows_per_warp == 4 || p.slices > 8 ? 1 : 8 / p.slices;
+  p.groups_per_block = groups_per_block;
   p.items_per_block = p.groups_per_block * p.slices;
   if (p.items_per_block > kMaxItemsPerBlock) return false;
   p.blocks = CeilDiv(groups, p.groups_per_block);

@@ -127,7 +127,7 @@ struct QuantGemvDirectPlan {
 bool QuantGemvDirectPlanFor(quant::GgmlType type, int64_t rows, int64_t cols, QuantGemvDirectPlan* plan);
 // The same with the cut forced, for benchmarks that search it: `slices` in 1..min(steps, 16),
 // `groups_per_block` in 1..64 with groups_per_block * slices <= 256; 0 takes the plan's choice
-// (groups_per_block's then follows the slices: 8 / slices, at least 1). False also for a choice out
+// (groups_per_block's is then 1 for 4 rows per warp, else 8 / slices, at least 1). False also for a choice out
 // of range. QuantGemvDirectPlanFor(t, r, c, p) is QuantGemvDirectPlanWith(t, r, c, 0, 0, p).
 bool QuantGemvDirectPlanWith(quant::GgmlType type, int64_t rows, int64_t cols, int slices, int groups_per_block,
                              QuantGemvDirectPlan* plan);
