@@ -23,6 +23,8 @@
 //       k3_cuda_decode_bench --preset slice --layers 4 --batches 0 --prefill 4096 --chunk 4096 --ncu-prefill
 // --exact-mla-decode: decode steps' MLA attention on the exact f32 kernel (the default, --tc-mla-decode:
 // tensor cores, CudaEngineOptions::tc_mla_decode);
+// --mma-mla: that tensor-core MLA attention on the mma.sync kernel (CudaEngineOptions::wgmma_mla off;
+// --wgmma-mla: on, the default where the build and widths allow);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
@@ -128,7 +130,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
-  bool mma_staged_x = defaults.mma_staged_x;
+  bool mma_staged_x = defaults.mma_staged_x, wgmma_mla = defaults.wgmma_mla;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string { return i + 1 < argc ? argv[++i] : ""; };
@@ -148,6 +150,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--f32-cache") cache_f16 = 0;  // the MLA cache in f32 (CudaEngineOptions::cache_f16 off)
     else if (a == "--tc-mla-decode") tc_mla = true;  // decode MLA attention on tensor cores (the default)
     else if (a == "--exact-mla-decode") tc_mla = false;  // decode MLA attention on the exact f32 kernel
+    else if (a == "--wgmma-mla") wgmma_mla = true;  // (the default now)
+    else if (a == "--mma-mla") wgmma_mla = false;  // CudaEngineOptions::wgmma_mla off
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
@@ -204,6 +208,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const bool f16 = cache_f16 < 0 ? tc_mla : cache_f16 == 1;
   opt.cache_f16 = f16;
   opt.tc_mla_decode = tc_mla;
+  opt.wgmma_mla = wgmma_mla;
   opt.int8_expert_x = int8_experts;
   opt.fused_residual = fused_residual;
   opt.side_streams = side_streams;
@@ -271,7 +276,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
         "decode MLA %s; expert inputs %s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
-        tc_mla ? "tensor cores" : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused",
+        tc_mla ? (eng.MlaOnWgmma() ? "tensor cores (wgmma)" : "tensor cores (mma.sync)") : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused",
         grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(eng.MoeGemvMaxRows()),
         fused_residual ? "fused" : "unfused",
         static_cast<long long>(opt.l2_prefetch_mb),

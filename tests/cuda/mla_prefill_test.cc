@@ -37,6 +37,7 @@ struct PrefillCase {
   int64_t page_size = 64;
   int64_t check_stride = 1;  // CPU reference on rows i % stride == 0 and the last row
   bool graph = false;        // capture the call in a CUDA graph and replay it
+  bool wgmma = false;        // MlaPrefillParams::wgmma
 };
 
 // The engine's bound on the lens: a power of two >= the longest, at least 256.
@@ -85,7 +86,7 @@ double RelL2(const float* got, const float* ref, int64_t n) {
 void RunPrefill(const PrefillCase& c, uint64_t seed) {
   const char* type = c.type == MlaCacheType::kF16 ? "f16" : "f32";
   SCOPED_TRACE(::testing::Message() << "heads " << c.n_heads << " " << type << " run " << c.run << " pos " << c.pos
-                                    << " splits " << c.n_splits << " page " << c.page_size);
+                                    << " splits " << c.n_splits << " page " << c.page_size << (c.wgmma ? " wgmma" : ""));
   std::mt19937_64 rng(seed);
   const int64_t RW = kMlaRow, VW = kKvLora, ps = c.page_size, nh = c.n_heads;
   const int64_t len_max = c.pos + c.run, bucket = Bucket(len_max);
@@ -127,6 +128,7 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
   p.out_row_stride = out_stride;
   p.n_splits = splits;
   p.workspace = d_ws.get();
+  p.wgmma = c.wgmma;
   Launch(p, c.graph);
   if (::testing::Test::HasFatalFailure()) return;
   const auto out = d_out.Download();
@@ -152,8 +154,8 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
       }
     }
   }
-  std::printf("[ MlaPrefill ] heads %3lld %s run %4lld pos %5lld splits %2d page %2lld: %lld rows checked, worst rel L2 %.3e (row %lld head %lld)\n",
-              static_cast<long long>(nh), type, static_cast<long long>(c.run), static_cast<long long>(c.pos), splits,
+  std::printf("[ MlaPrefill%s ] heads %3lld %s run %4lld pos %5lld splits %2d page %2lld: %lld rows checked, worst rel L2 %.3e (row %lld head %lld)\n",
+              c.wgmma ? " wgmma" : "", static_cast<long long>(nh), type, static_cast<long long>(c.run), static_cast<long long>(c.pos), splits,
               static_cast<long long>(ps), static_cast<long long>(checked), worst, static_cast<long long>(worst_row),
               static_cast<long long>(worst_head));
   EXPECT_EQ(bad_padding, 0) << "output padding written";
@@ -161,11 +163,12 @@ void RunPrefill(const PrefillCase& c, uint64_t seed) {
   EXPECT_LE(worst, kBar) << "row " << worst_row << " head " << worst_head;
 }
 
-void RunGrid(int64_t n_heads, MlaCacheType type, int64_t stride_at_1000, uint64_t seed) {
+void RunGrid(int64_t n_heads, MlaCacheType type, int64_t stride_at_1000, uint64_t seed, bool wgmma = false) {
   for (int64_t pos : {int64_t{0}, int64_t{1000}}) {
     for (int64_t run : {int64_t{1}, int64_t{7}, int64_t{64}, int64_t{300}}) {
       PrefillCase c{n_heads, type, run, pos};
       if (pos > 0) c.check_stride = stride_at_1000;
+      c.wgmma = wgmma;
       RunPrefill(c, seed++);
     }
   }
@@ -204,10 +207,10 @@ TEST(CudaMlaPrefillTest, ForcedSplits) {
 // them shuffled in one pool; every sequence's output against the CPU and, bit for bit, against its
 // own single-sequence launch with the same split count.
 void RunBatched(int64_t nh, int64_t run, const std::vector<int64_t>& positions, int forced_splits, bool graph,
-                uint64_t seed) {
+                uint64_t seed, bool wgmma = false) {
   const int64_t n_seqs = static_cast<int64_t>(positions.size());
   SCOPED_TRACE(::testing::Message() << "batched: heads " << nh << " seqs " << n_seqs << " run " << run << " splits "
-                                    << forced_splits);
+                                    << forced_splits << (wgmma ? " wgmma" : ""));
   std::mt19937_64 rng(seed);
   const int64_t RW = kMlaRow, VW = kKvLora, ps = 64;
   int64_t len_max = 1;
@@ -259,6 +262,7 @@ void RunBatched(int64_t nh, int64_t run, const std::vector<int64_t>& positions, 
   p.out_seq_stride = out_seq;
   p.n_splits = splits;
   p.workspace = d_ws.get();
+  p.wgmma = wgmma;
   Launch(p, graph);
   if (::testing::Test::HasFatalFailure()) return;
   const auto out = d_out.Download();
@@ -294,8 +298,8 @@ void RunBatched(int64_t nh, int64_t run, const std::vector<int64_t>& positions, 
       }
     }
   }
-  std::printf("[ MlaPrefill ] batched: heads %3lld seqs %2lld run %3lld splits %2d: worst rel L2 %.3e, %lld values differ from the single launches\n",
-              static_cast<long long>(nh), static_cast<long long>(n_seqs), static_cast<long long>(run), splits, worst,
+  std::printf("[ MlaPrefill%s ] batched: heads %3lld seqs %2lld run %3lld splits %2d: worst rel L2 %.3e, %lld values differ from the single launches\n",
+              wgmma ? " wgmma" : "", static_cast<long long>(nh), static_cast<long long>(n_seqs), static_cast<long long>(run), splits, worst,
               static_cast<long long>(mismatches));
   EXPECT_EQ(bad_padding, 0) << "padding written";
   EXPECT_EQ(mismatches, 0) << "batched launch differs from the per-sequence launches";
@@ -311,6 +315,55 @@ TEST(CudaMlaPrefillTest, BatchedSequences) {
   RunBatched(kHeads / 2, 1, {100, 2500, 9}, 0, false, 702);    // 2-GPU heads
   RunBatched(kHeads, 3, {10, 500}, 1, false, 703);             // runs of several rows, 1 split
   RunBatched(20, 2, {1000, 30, 77}, 3, false, 704);            // heads not dividing 64
+}
+
+// The warpgroup kernel (MlaPrefillParams::wgmma) on the same cases: the same CPU bar, batched
+// launches bit for bit their single-sequence launches, and a 32k-row decode context.
+#define K3_REQUIRE_MLA_WGMMA()                                                   \
+  do {                                                                           \
+    K3_REQUIRE_GPU();                                                            \
+    if (!MlaPrefillWgmmaAvailable()) GTEST_SKIP() << "built without sm_90a";     \
+  } while (0)
+
+TEST(CudaMlaPrefillWgmmaTest, K3HeadsF16Cache) {
+  K3_REQUIRE_MLA_WGMMA();
+  RunGrid(kHeads, MlaCacheType::kF16, 1, 1200, true);
+}
+
+TEST(CudaMlaPrefillWgmmaTest, K3HeadsF32CacheAndHalfHeads) {
+  K3_REQUIRE_MLA_WGMMA();
+  RunGrid(kHeads, MlaCacheType::kF32, 3, 1100, true);
+  RunGrid(kHeads / 2, MlaCacheType::kF16, 3, 1300, true);
+}
+
+TEST(CudaMlaPrefillWgmmaTest, ForcedSplitsAndOddShapes) {
+  K3_REQUIRE_MLA_WGMMA();
+  for (int s : {1, 3, 7}) {
+    PrefillCase c{kHeads, MlaCacheType::kF16, 64, 1000, s};
+    c.wgmma = true;
+    RunPrefill(c, 1500 + s);
+  }
+  const PrefillCase odd[] = {
+      {kHeads, MlaCacheType::kF16, 7, 0, 40},             // more splits than key tiles: empty splits
+      {4, MlaCacheType::kF32, 300, 0, 2, 16},              // golden model: 4 heads, 16 rows per page
+      {20, MlaCacheType::kF16, 37, 100, 1, 7},             // heads not dividing 64, odd page size
+      {kHeads, MlaCacheType::kF16, 100, 30, 1, 64, 1, true},  // graph replay, 1 split
+      {kHeads, MlaCacheType::kF16, 5, 2000, 4, 64, 1, true},  // graph replay, splits
+      {kHeads, MlaCacheType::kF16, 1, 32767},              // a decode step at 32k rows, the default splits
+  };
+  uint64_t seed = 1520;
+  for (PrefillCase c : odd) {
+    c.wgmma = true;
+    RunPrefill(c, seed++);
+  }
+}
+
+TEST(CudaMlaPrefillWgmmaTest, BatchedSequences) {
+  K3_REQUIRE_MLA_WGMMA();
+  RunBatched(kHeads, 1, {4095, 0, 700, 2047, 1, 3000, 64, 4000}, 0, false, 1700, true);
+  RunBatched(kHeads, 1, {4095, 0, 700, 2047}, 5, true, 1701, true);
+  RunBatched(kHeads / 2, 1, {100, 2500, 9}, 0, false, 1702, true);
+  RunBatched(20, 2, {1000, 30, 77}, 3, false, 1704, true);
 }
 
 TEST(CudaMlaPrefillLargeTest, Run512At3584) {
@@ -355,6 +408,7 @@ TEST(CudaMlaPrefillTest, BadArguments) {
   EXPECT_EQ(with([](auto& p) { p.row_width = 640; p.q_row_stride = 640; }), cudaErrorInvalidValue);
   EXPECT_EQ(with([](auto& p) { p.value_width = 520; }), cudaErrorInvalidValue);
   EXPECT_EQ(with([](auto& p) { p.value_width = 500; }), cudaErrorInvalidValue);
+  EXPECT_EQ(with([](auto& p) { p.wgmma = true; p.value_width = 256; }), cudaErrorInvalidValue);  // K3's widths only
   EXPECT_EQ(with([](auto& p) { p.q = nullptr; }), cudaErrorInvalidValue);
   EXPECT_EQ(with([](auto& p) { p.block_table = nullptr; }), cudaErrorInvalidValue);
   EXPECT_EQ(with([](auto& p) { p.page_size = 0; }), cudaErrorInvalidValue);

@@ -15,6 +15,8 @@
 
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/mla/mla_prefill.h"
+
 #include "tests/common/golden_data.h"
 #include "tests/common/logit_metrics.h"
 #include "worker/engine/engine.h"
@@ -96,6 +98,7 @@ class CudaGoldenTest : public ::testing::Test {
                                             int64_t l2_prefetch_mb = 0,  // 0 here: the plain path is the reference
                                             bool residual_epilogue = true, int64_t cache_tokens = 4096) {
     CudaEngineOptions opt;
+    opt.wgmma_mla = false;
     opt.grouped_expert_gemv = false;
     opt.moe_gemv_max_rows = 64;
     opt.mma_shared_x = false;
@@ -580,6 +583,32 @@ TEST_F(CudaGoldenTest, TensorCoreMlaDecodeStaysClose) {
   const int64_t rows = static_cast<int64_t>(ref_all.size()) / V;
   const auto m = k3::testing::CompareLogits(ref_all.data(), got_all.data(), rows, V);
   std::printf("tensor-core MLA decode, token by token, %lld positions: relL2 %.3e KL mean %.3e max %.3e top-1 %.4f\n",
+              static_cast<long long>(rows), m.rel_l2, m.kl_mean, m.kl_max, m.top1);
+  EXPECT_LE(m.rel_l2, 2e-3);
+  EXPECT_LE(m.kl_max, 1e-4);
+  EXPECT_EQ(m.top1, 1.0);
+}
+
+// The same on the warpgroup (wgmma) attention kernel (CudaEngineOptions::wgmma_mla): the same bars.
+TEST_F(CudaGoldenTest, WgmmaMlaDecodeStaysClose) {
+  if (!k3::cuda::MlaPrefillWgmmaAvailable()) GTEST_SKIP() << "built without sm_90a";
+  CudaEngineOptions opt = ReferenceOptions(true, true, 512, /*exact=*/false, /*tc_mla_decode=*/true);
+  opt.wgmma_mla = true;
+  auto e = OpenWith(opt);
+  ASSERT_NE(e, nullptr);
+  ASSERT_TRUE(e->MlaOnWgmma());
+  const int64_t V = e->config().vocab;
+  std::vector<float> ref_all, got_all;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
+    const auto got = RunTokens(*e, prompts_[p], 420 + p);
+    ASSERT_EQ(got.size(), ref.size());
+    ref_all.insert(ref_all.end(), ref.begin(), ref.end());
+    got_all.insert(got_all.end(), got.begin(), got.end());
+  }
+  const int64_t rows = static_cast<int64_t>(ref_all.size()) / V;
+  const auto m = k3::testing::CompareLogits(ref_all.data(), got_all.data(), rows, V);
+  std::printf("wgmma MLA decode, token by token, %lld positions: relL2 %.3e KL mean %.3e max %.3e top-1 %.4f\n",
               static_cast<long long>(rows), m.rel_l2, m.kl_mean, m.kl_max, m.top1);
   EXPECT_LE(m.rel_l2, 2e-3);
   EXPECT_LE(m.kl_max, 1e-4);

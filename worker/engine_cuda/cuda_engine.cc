@@ -236,6 +236,9 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
     return absl::InvalidArgumentError(absl::StrCat("mma_max_rows must be in ", kMmaMaxRows, "..", kMmaWideMaxRows));
   }
   if (options.mla_head_gemv_max_rows < 1) return absl::InvalidArgumentError("mla_head_gemv_max_rows must be >= 1");
+  // The warpgroup MLA kernel where it can run (an sm_90a build, K3's widths), else the mma.sync one.
+  options_.wgmma_mla =
+      options.wgmma_mla && cuda::MlaPrefillWgmmaAvailable() && c.kv_lora_rank == 512 && c.mla_row == 576;
   if (options.dense_gemv_max_rows < 1 || options.dense_gemv_max_rows > kGemvMaxRows) {
     return absl::InvalidArgumentError(absl::StrCat("dense_gemv_max_rows must be in 1..", kGemvMaxRows));
   }
@@ -963,6 +966,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
           pp.scale = dp.scale;
           pp.out_row_stride = nh * lora;
           pp.workspace = m.mla_ws;
+          pp.wgmma = options_.wgmma_mla;
           // A run is one launch. A decode step is one launch of all its sequences (one row each, its
           // own block table) on an f16 cache, one launch per sequence on an f32 one (whose f16 copy
           // is of one sequence).

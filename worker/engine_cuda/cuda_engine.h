@@ -88,6 +88,12 @@ struct CudaEngineOptions {
   // batch 16, 469.4 -> 535.5. The default: on the golden model it stays within the exact path's bars (relL2 1.3e-4,
   // top-1 1.000; engine test TensorCoreMlaDecodeStaysClose). Off: the exact kernel.
   bool tc_mla_decode = true;
+  // That tensor-core attention on Hopper's warpgroup instructions (MlaPrefillParams::wgmma: blocks
+  // of 64 pairs, both products read from shared memory by wgmma; the same roundings, another
+  // summation order), taken where it can be: an sm_90a build and K3's MLA widths (cache row 576,
+  // kv_lora 512); the mma.sync kernel elsewhere and with this off. H100, 128k batch 1: the kernel
+  // 166.5 -> 131.1 us, the step 266.5 -> 274.3 tok/s (kernels/cuda/README.md).
+  bool wgmma_mla = true;
   // Decode steps' routed-expert products (IQ1_S) round their inputs to int8 per 32 values and
   // multiply in integers (QuantGemvParams::int8_x; ~2x faster expert GEMVs). Not exact: on the
   // golden model held to llama.cpp's closeness (which rounds every product's input so).
@@ -275,6 +281,8 @@ class CudaEngine {
   bool MlaDecompressed(int64_t n) const;
   // The MoE's GEMV limit (CudaEngineOptions::moe_gemv_max_rows, -1 resolved).
   int64_t MoeGemvMaxRows() const;
+  // Whether MLA attention runs on the warpgroup kernel (CudaEngineOptions::wgmma_mla, where it can).
+  bool MlaOnWgmma() const { return options_.wgmma_mla; }
 
   // Sequences (SequenceCache semantics: Add = zero state; Free releases pages and slot).
   absl::Status Add(SeqId id);

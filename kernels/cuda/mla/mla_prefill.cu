@@ -8,6 +8,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/mla/mla_prefill_args.cuh"
 #include "kernels/cuda/mma_ptx.cuh"
 
 namespace k3::cuda {
@@ -85,21 +86,7 @@ __global__ void __launch_bounds__(kThreads) MlaToHalfKernel(const float* cache, 
 
 // ---- the attention kernel -------------------------------------------------------------------------
 
-struct Args {
-  const float* q;
-  int64_t q_row_stride, q_seq_stride;
-  const __half* keys;     // f16 rows: paged through `table`, or dense (table null: row t at keys + t*row_stride)
-  const int32_t* table;
-  int64_t table_stride;   // entries between the sequences' tables
-  int64_t page_stride, row_stride;
-  int page_size;
-  const int32_t* seq_lens;
-  int n_seqs, n_heads, n_rows, n_pairs, n_tiles, n_splits, rw, vw, max_len;  // n_rows, n_pairs, n_tiles: per sequence
-  float q_mul;            // scale · log2(e): scores come out in log2 units
-  float* out;
-  int64_t out_row_stride, out_seq_stride;
-  float* part;            // n_splits > 1: [n_splits][n_seqs·n_pairs][vw + 4]: Σ p·V (unnormalized), m (log2), l
-};
+using Args = MlaPrefillArgs;
 
 // Block = (sequence, BM (64 or 48) of its pairs, one context split), 8 warps. Per key tile of 64 cache rows (cp.async into
 // one of two buffers, the next tile loading while this one is used; rows beyond the tile's largest
@@ -488,6 +475,8 @@ int MlaPrefillSplits(int64_t n_rows, int64_t n_heads, int64_t max_len, int64_t n
   return best;
 }
 
+bool MlaPrefillWgmmaAvailable() { return MlaPrefillWgmmaBuilt(); }
+
 cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   if (p.n_rows < 0 || p.n_heads < 0 || p.n_seqs < 0 || p.n_splits < 1 || p.n_splits > kMaxSplits) {
     return cudaErrorInvalidValue;
@@ -511,8 +500,9 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
                        p.q_seq_stride < p.n_rows * p.q_row_stride || p.out_seq_stride < p.n_rows * p.out_row_stride)) {
     return cudaErrorInvalidValue;
   }
+  if (p.wgmma && (!MlaPrefillWgmmaBuilt() || p.row_width != 576 || p.value_width != 512)) return cudaErrorInvalidValue;
   const int64_t n_pairs = p.n_rows * p.n_heads;
-  const int bm = PairTile(n_pairs);
+  const int bm = p.wgmma ? kMlaWgmmaPairs : PairTile(n_pairs);
   const int64_t tiles = detail::CeilDiv(n_pairs, bm);
   if (p.n_seqs * n_pairs > INT_MAX || p.n_seqs * tiles * p.n_splits > INT_MAX) return cudaErrorInvalidValue;
   const int64_t ws_bytes = MlaPrefillWorkspaceBytes(p.cache_type, p.max_len, p.n_seqs * p.n_rows, p.n_heads,
@@ -566,10 +556,15 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   }
   a.part = p.n_splits > 1 ? reinterpret_cast<float*>(ws + ConvBytes(p.cache_type, p.max_len, p.row_width)) : nullptr;
 
-  const size_t smem = SmemBytes(rw, bm);
-  auto* const kernel = bm == 48 ? MlaPrefillKernel<48> : MlaPrefillKernel<64>;
-  K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  K3_CUDA_CHECK(LaunchKernel(kernel, static_cast<unsigned>(p.n_seqs * tiles * p.n_splits), kThreads, smem, stream, a));
+  const auto blocks = static_cast<unsigned>(p.n_seqs * tiles * p.n_splits);
+  if (p.wgmma) {
+    K3_CUDA_CHECK(LaunchMlaPrefillWgmma(a, blocks, stream));
+  } else {
+    const size_t smem = SmemBytes(rw, bm);
+    auto* const kernel = bm == 48 ? MlaPrefillKernel<48> : MlaPrefillKernel<64>;
+    K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    K3_CUDA_CHECK(LaunchKernel(kernel, blocks, kThreads, smem, stream, a));
+  }
   if (p.n_splits > 1) {
     const dim3 grid(static_cast<unsigned>(p.n_seqs * n_pairs),
                     static_cast<unsigned>(detail::CeilDiv(vw, kCombineThreads)));

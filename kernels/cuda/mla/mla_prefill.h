@@ -10,7 +10,7 @@
 // consecutive pairs (48 where that pads the pairs less: a decode step's 96 or 48 heads)
 // (row-major: pair = row·n_heads + head) and walks the cache in tiles of 64 rows
 // (up to the largest len of its pairs): S = Q·Kᵀ and O += P·V with mma.sync m16n8k16 (f16 in,
-// f32 out), an online softmax in between. Optionally the context of each block is cut into
+// f32 out; or, with `wgmma`, blocks of 64 pairs on Hopper's warpgroup instructions), an online softmax in between. Optionally the context of each block is cut into
 // n_splits ranges (blocks of their own) that a second launch combines (flash-decoding), for runs
 // too short to fill the GPU. Several sequences (n_seqs > 1, each its own block table, lens, q and
 // out) are one launch: their blocks of pairs side by side, no pair of two sequences in one block.
@@ -51,7 +51,15 @@ struct MlaPrefillParams {
   int64_t q_seq_stride = 0;     // floats between the sequences' first q rows (n_seqs > 1: >= n_rows*q_row_stride)
   int64_t out_seq_stride = 0;   // floats between the sequences' first out rows (n_seqs > 1: >= n_rows*out_row_stride)
   int64_t block_table_stride = 0;  // entries between the sequences' tables (n_seqs > 1: >= 1)
+  // The warpgroup (wgmma) kernel (mla_prefill_wgmma.cu): blocks of 64 pairs, S and P·V read from
+  // shared memory by the tensor cores. The same function and roundings, another summation order.
+  // K3's widths only (row 576, value 512) and an sm_90a build (MlaPrefillWgmmaAvailable());
+  // cudaErrorInvalidValue otherwise.
+  bool wgmma = false;
 };
+
+// Whether MlaPrefillParams::wgmma can be taken (an sm_90a build).
+bool MlaPrefillWgmmaAvailable();
 
 // Bytes of workspace for a launch with these sizes (n_rows: the query rows of all its sequences,
 // n_seqs · n_rows): the f16 copy of rows 0..max_len-1 for an f32 cache, plus the partial results

@@ -33,6 +33,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_gemm/gemm_impl.cuh"
+#include "kernels/cuda/wgmma_ptx.cuh"
 
 namespace k3::cuda::qgemm {
 namespace {
@@ -138,20 +139,9 @@ __device__ __forceinline__ void WgmmaRs<128>(float (&d)[64], const uint32_t (&a)
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(desc_lo), "r"(kDescHi), "r"(1));
 }
 
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-template <int kPending>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Shared memory written by this thread's generic stores and cp.async, made visible to the
-// tensor cores' (async proxy's) reads after the next barrier.
-__device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
-// Keeps the compiler from moving accumulator accesses across the asynchronous wgmma.
-__device__ __forceinline__ void FenceAcc(float (&d)[64]) {
-#pragma unroll
-  for (int i = 0; i < 64; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
+// Fences, commit and wait: kernels/cuda/wgmma_ptx.cuh (shared with the MLA attention kernel).
+using wgmma::FenceAcc;
+using wgmma::FenceProxyAsync;
 
 // Low word of the matrix descriptor of a K-major tile with the 128-byte swizzle at shared address
 // `addr` (the swizzle atom, 8 rows × 128 bytes, 1024-byte aligned; a k16 step inside it adds 32
@@ -406,10 +396,10 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
         if (w + kDist < nw) issue_group(w + kDist);
         CpAsyncCommit();
         FenceAcc(acc);
-        WgmmaFence();
+        wgmma::Fence();
         mma(w, cur);
-        WgmmaCommit();
-        WgmmaWait<1>();
+        wgmma::Commit();
+        wgmma::Wait<1>();
         FenceAcc(acc);
         if (w + 1 < nw) decode(w + 1, next);
       };
@@ -418,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
         window(w, A0, A1);
         window(w + 1, A1, A0);
       }
-      WgmmaWait<0>();
+      wgmma::Wait<0>();
       FenceAcc(acc);
     };
     if (width == 1) {
