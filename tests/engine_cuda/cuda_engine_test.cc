@@ -147,6 +147,27 @@ class CudaGoldenTest : public ::testing::Test {
     }
   }
   // DecodeCopiesAtLeastAsCloseAsLlamaCpp on an engine of `opt` sized for the copies.
+  // Every prompt token by token on `e` (sequence ids id0 + p), all positions against the reference
+  // at the tensor-core MLA decode's bars: relL2 2e-3, KL max 1e-4, top-1 1.
+  void ExpectTokenByTokenClose(CudaEngine& e, SeqId id0, const char* what) {
+    const int64_t V = e.config().vocab;
+    std::vector<float> ref_all, got_all;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
+      const auto got = RunTokens(e, prompts_[p], id0 + static_cast<SeqId>(p));
+      ASSERT_EQ(got.size(), ref.size());
+      ref_all.insert(ref_all.end(), ref.begin(), ref.end());
+      got_all.insert(got_all.end(), got.begin(), got.end());
+    }
+    const int64_t rows = static_cast<int64_t>(ref_all.size()) / V;
+    const auto m = k3::testing::CompareLogits(ref_all.data(), got_all.data(), rows, V);
+    std::printf("%s, token by token, %lld positions: relL2 %.3e KL mean %.3e max %.3e top-1 %.4f\n", what,
+                static_cast<long long>(rows), m.rel_l2, m.kl_mean, m.kl_max, m.top1);
+    EXPECT_LE(m.rel_l2, 2e-3);
+    EXPECT_LE(m.kl_max, 1e-4);
+    EXPECT_EQ(m.top1, 1.0);
+  }
+
   void DecodeCopiesOn(CudaEngineOptions opt, int copies, SeqId id0) {
     opt.max_batch = copies * static_cast<int64_t>(prompts_.size());
     opt.max_seqs = std::max<int64_t>(8, opt.max_batch);
@@ -571,22 +592,7 @@ TEST_F(CudaGoldenTest, MmaSharedXAtLeastAsCloseAsLlamaCpp) {
 TEST_F(CudaGoldenTest, TensorCoreMlaDecodeStaysClose) {
   auto e = Open(false, true, 512, /*exact=*/false, /*tc_mla_decode=*/true);
   ASSERT_NE(e, nullptr);
-  const int64_t V = e->config().vocab;
-  std::vector<float> ref_all, got_all;
-  for (size_t p = 0; p < prompts_.size(); ++p) {
-    const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
-    const auto got = RunTokens(*e, prompts_[p], 400 + p);
-    ASSERT_EQ(got.size(), ref.size());
-    ref_all.insert(ref_all.end(), ref.begin(), ref.end());
-    got_all.insert(got_all.end(), got.begin(), got.end());
-  }
-  const int64_t rows = static_cast<int64_t>(ref_all.size()) / V;
-  const auto m = k3::testing::CompareLogits(ref_all.data(), got_all.data(), rows, V);
-  std::printf("tensor-core MLA decode, token by token, %lld positions: relL2 %.3e KL mean %.3e max %.3e top-1 %.4f\n",
-              static_cast<long long>(rows), m.rel_l2, m.kl_mean, m.kl_max, m.top1);
-  EXPECT_LE(m.rel_l2, 2e-3);
-  EXPECT_LE(m.kl_max, 1e-4);
-  EXPECT_EQ(m.top1, 1.0);
+  ExpectTokenByTokenClose(*e, 400, "tensor-core MLA decode");
 }
 
 // The same on the warpgroup (wgmma) attention kernel (CudaEngineOptions::wgmma_mla): the same bars.
@@ -597,22 +603,7 @@ TEST_F(CudaGoldenTest, WgmmaMlaDecodeStaysClose) {
   auto e = OpenWith(opt);
   ASSERT_NE(e, nullptr);
   ASSERT_TRUE(e->MlaOnWgmma());
-  const int64_t V = e->config().vocab;
-  std::vector<float> ref_all, got_all;
-  for (size_t p = 0; p < prompts_.size(); ++p) {
-    const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
-    const auto got = RunTokens(*e, prompts_[p], 420 + p);
-    ASSERT_EQ(got.size(), ref.size());
-    ref_all.insert(ref_all.end(), ref.begin(), ref.end());
-    got_all.insert(got_all.end(), got.begin(), got.end());
-  }
-  const int64_t rows = static_cast<int64_t>(ref_all.size()) / V;
-  const auto m = k3::testing::CompareLogits(ref_all.data(), got_all.data(), rows, V);
-  std::printf("wgmma MLA decode, token by token, %lld positions: relL2 %.3e KL mean %.3e max %.3e top-1 %.4f\n",
-              static_cast<long long>(rows), m.rel_l2, m.kl_mean, m.kl_max, m.top1);
-  EXPECT_LE(m.rel_l2, 2e-3);
-  EXPECT_LE(m.kl_max, 1e-4);
-  EXPECT_EQ(m.top1, 1.0);
+  ExpectTokenByTokenClose(*e, 420, "wgmma MLA decode");
 }
 
 // A prompt prefilled, then continued token by token: the continuation's logits are the reference's.
