@@ -242,17 +242,22 @@ struct DirectCase {
   int64_t rows, cols;
 };
 
-// A shape's weights: `copies` copies of the same random ggml blocks (rotated through >= 256 MB so
-// that each launch reads from HBM, not L2) and, for Q8_0, each repacked for the direct GEMV.
+// A shape's buffers: `copies` copies of the same random ggml blocks (rotated through >= 256 MB so
+// that each launch reads from HBM, not L2) and, for Q8_0, each repacked for the direct GEMV; a
+// random x of kDirectMaxTokens rows and the y they make.
+constexpr int64_t kDirectMaxTokens = 4;
 struct DirectWeights {
   size_t row_bytes = 0, ggml_bytes = 0, direct_bytes = 0;
   int copies = 0;
   std::vector<uint8_t*> old_w, new_w;
   double repack_us = 0;  // one RepackQ8_0 of the second copy (no first-launch cost)
   bool q8 = false;
+  float* x = nullptr;  // [kDirectMaxTokens][cols]
+  float* y = nullptr;  // [kDirectMaxTokens][rows]
 };
 
-DirectWeights MakeDirectWeights(const DirectCase& c, std::mt19937_64& rng) {
+DirectWeights MakeDirectWeights(const DirectCase& c) {
+  std::mt19937_64 rng(777);
   DirectWeights d;
   const auto& tr = k3::quant::Traits(c.type);
   d.row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
@@ -286,6 +291,12 @@ DirectWeights MakeDirectWeights(const DirectCase& c, std::mt19937_64& rng) {
       d.new_w[i] = d.old_w[i];
     }
   }
+  std::vector<float> hx(kDirectMaxTokens * c.cols);
+  std::normal_distribution<float> nd(0.f, 1.f);
+  for (auto& v : hx) v = nd(rng);
+  CHECK(cudaMalloc(&d.x, hx.size() * 4));
+  CHECK(cudaMemcpy(d.x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
+  CHECK(cudaMalloc(&d.y, static_cast<size_t>(kDirectMaxTokens * c.rows) * 4));
   return d;
 }
 
@@ -294,28 +305,29 @@ void FreeDirectWeights(DirectWeights& d) {
     CHECK(cudaFree(d.old_w[i]));
     if (d.q8) CHECK(cudaFree(d.new_w[i]));
   }
+  CHECK(cudaFree(d.x));
+  CHECK(cudaFree(d.y));
   d = DirectWeights{};
+}
+
+// The direct GEMV's parameters for `tokens` rows of d.x (the weight is set per launch).
+k3::cuda::QuantGemvDirectParams DirectParams(const DirectCase& c, const DirectWeights& d, int64_t tokens) {
+  k3::cuda::QuantGemvDirectParams np;
+  np.type = c.type;
+  np.rows = c.rows;
+  np.cols = c.cols;
+  np.x = d.x;
+  np.x_stride = c.cols;
+  np.y = d.y;
+  np.y_stride = c.rows;
+  np.n_tokens = tokens;
+  return np;
 }
 
 // One shape at M = 1, 2, 4: QuantGemv on ggml blocks vs QuantGemvDirect (Q8_0 repacked on the device
 // from the same blocks), each over its own copies of the weights rotated through >= 256 MB.
 void RunDirectShape(const DirectCase& c, FILE* csv) {
-  std::mt19937_64 rng(777);
-  DirectWeights d = MakeDirectWeights(c, rng);
-  const size_t row_bytes = d.row_bytes;
-  const int copies = d.copies;
-  const bool q8 = d.q8;
-  const double repack_us = d.repack_us;
-  const std::vector<uint8_t*>& old_w = d.old_w;
-  const std::vector<uint8_t*>& new_w = d.new_w;
-  const int64_t max_tokens = 4;
-  std::vector<float> hx(max_tokens * c.cols);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& v : hx) v = nd(rng);
-  float *x = nullptr, *y = nullptr;
-  CHECK(cudaMalloc(&x, hx.size() * 4));
-  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMalloc(&y, static_cast<size_t>(max_tokens * c.rows) * 4));
+  DirectWeights d = MakeDirectWeights(c);
   k3::cuda::QuantGemvDirectPlan plan;
   k3::cuda::QuantGemvDirectPlanFor(c.type, c.rows, c.cols, &plan);
 
@@ -324,31 +336,23 @@ void RunDirectShape(const DirectCase& c, FILE* csv) {
     op.type = c.type;
     op.rows = c.rows;
     op.cols = c.cols;
-    op.row_bytes = row_bytes;
-    op.x = x;
+    op.row_bytes = d.row_bytes;
+    op.x = d.x;
     op.x_stride = c.cols;
-    op.y = y;
+    op.y = d.y;
     op.y_stride = c.rows;
     op.n_tokens = tokens;
     const Timing t_old = TimeLaunches([&](int i) {
-      op.weight = old_w[i % copies];
+      op.weight = d.old_w[i % d.copies];
       CHECK(k3::cuda::QuantGemv(op, nullptr));
     });
-    k3::cuda::QuantGemvDirectParams np;
-    np.type = c.type;
-    np.rows = c.rows;
-    np.cols = c.cols;
-    np.x = x;
-    np.x_stride = c.cols;
-    np.y = y;
-    np.y_stride = c.rows;
-    np.n_tokens = tokens;
+    k3::cuda::QuantGemvDirectParams np = DirectParams(c, d, tokens);
     const Timing t_new = TimeLaunches([&](int i) {
-      np.weight = new_w[i % copies];
+      np.weight = d.new_w[i % d.copies];
       CHECK(k3::cuda::QuantGemvDirect(np, nullptr));
     });
     std::vector<float> hy(static_cast<size_t>(tokens * c.rows));
-    CHECK(cudaMemcpy(hy.data(), y, hy.size() * 4, cudaMemcpyDeviceToHost));
+    CHECK(cudaMemcpy(hy.data(), d.y, hy.size() * 4, cudaMemcpyDeviceToHost));
     int64_t bad = 0;
     for (float v : hy) bad += !std::isfinite(v);
     const double bytes = static_cast<double>(k3::cuda::QuantGemvDirectMinBytes(np));
@@ -368,44 +372,25 @@ void RunDirectShape(const DirectCase& c, FILE* csv) {
                    std::string(k3::quant::TypeName(c.type)).c_str(), static_cast<long long>(c.rows),
                    static_cast<long long>(c.cols), static_cast<long long>(tokens), bytes, floor_us, t_old.single_us,
                    t_old.stream_us, t_new.single_us, t_new.stream_us, gbs(t_new.stream_us), pct(t_new.stream_us),
-                   repack_us, plan.rows_per_warp, plan.slices, static_cast<long long>(plan.blocks),
+                   d.repack_us, plan.rows_per_warp, plan.slices, static_cast<long long>(plan.blocks),
                    static_cast<long long>(bad));
     }
   }
-  if (q8) std::printf("direct %-28s repack (one-time) %.1f us\n", c.name, repack_us);
+  if (d.q8) std::printf("direct %-28s repack (one-time) %.1f us\n", c.name, d.repack_us);
   FreeDirectWeights(d);
-  CHECK(cudaFree(x));
-  CHECK(cudaFree(y));
 }
 
 // The direct GEMV's cut searched (--direct-sweep): for M = 1 and 4, every slice count and 1, 2, 4
 // or 8 row groups per block, back-to-back launches over the rotated copies. Prints the plan's
 // time, the best cut's, and a row per slice count (us per groups-per-block choice).
 void SweepDirectShape(const DirectCase& c, FILE* csv) {
-  std::mt19937_64 rng(777);
-  DirectWeights d = MakeDirectWeights(c, rng);
-  const int64_t max_tokens = 4;
-  std::vector<float> hx(max_tokens * c.cols);
-  std::normal_distribution<float> nd(0.f, 1.f);
-  for (auto& v : hx) v = nd(rng);
-  float *x = nullptr, *y = nullptr;
-  CHECK(cudaMalloc(&x, hx.size() * 4));
-  CHECK(cudaMemcpy(x, hx.data(), hx.size() * 4, cudaMemcpyHostToDevice));
-  CHECK(cudaMalloc(&y, static_cast<size_t>(max_tokens * c.rows) * 4));
+  DirectWeights d = MakeDirectWeights(c);
   k3::cuda::QuantGemvDirectPlan plan;
   CHECK(k3::cuda::QuantGemvDirectPlanFor(c.type, c.rows, c.cols, &plan) ? cudaSuccess : cudaErrorInvalidValue);
   const int max_slices = std::min(plan.steps, 16);
   const int gpbs[] = {1, 2, 4, 8};
   for (int64_t tokens : {1, 4}) {
-    k3::cuda::QuantGemvDirectParams np;
-    np.type = c.type;
-    np.rows = c.rows;
-    np.cols = c.cols;
-    np.x = x;
-    np.x_stride = c.cols;
-    np.y = y;
-    np.y_stride = c.rows;
-    np.n_tokens = tokens;
+    k3::cuda::QuantGemvDirectParams np = DirectParams(c, d, tokens);
     auto time_cut = [&](int slices, int gpb) {
       np.plan_slices = slices;
       np.plan_groups_per_block = gpb;
@@ -447,8 +432,6 @@ void SweepDirectShape(const DirectCase& c, FILE* csv) {
     std::fflush(stdout);
   }
   FreeDirectWeights(d);
-  CHECK(cudaFree(x));
-  CHECK(cudaFree(y));
 }
 
 void RunDirectCases(FILE* csv, bool sweep) {

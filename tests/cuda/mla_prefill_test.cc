@@ -322,7 +322,7 @@ TEST(CudaMlaPrefillTest, BatchedSequences) {
 #define K3_REQUIRE_MLA_WGMMA()                                                   \
   do {                                                                           \
     K3_REQUIRE_GPU();                                                            \
-    if (!MlaPrefillWgmmaAvailable()) GTEST_SKIP() << "built without sm_90a";     \
+    if (!MlaPrefillWgmmaSupports(kMlaRow, kKvLora)) GTEST_SKIP() << "no sm_90a"; \
   } while (0)
 
 TEST(CudaMlaPrefillWgmmaTest, K3HeadsF16Cache) {

@@ -597,7 +597,7 @@ TEST_F(CudaGoldenTest, TensorCoreMlaDecodeStaysClose) {
 
 // The same on the warpgroup (wgmma) attention kernel (CudaEngineOptions::wgmma_mla): the same bars.
 TEST_F(CudaGoldenTest, WgmmaMlaDecodeStaysClose) {
-  if (!k3::cuda::MlaPrefillWgmmaAvailable()) GTEST_SKIP() << "built without sm_90a";
+  if (!k3::cuda::MlaPrefillWgmmaSupports(576, 512)) GTEST_SKIP() << "built without sm_90a";
   CudaEngineOptions opt = ReferenceOptions(true, true, 512, /*exact=*/false, /*tc_mla_decode=*/true);
   opt.wgmma_mla = true;
   auto e = OpenWith(opt);

@@ -238,7 +238,7 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   if (options.mla_head_gemv_max_rows < 1) return absl::InvalidArgumentError("mla_head_gemv_max_rows must be >= 1");
   // The warpgroup MLA kernel where it can run (an sm_90a build, K3's widths), else the mma.sync one.
   options_.wgmma_mla =
-      options.wgmma_mla && cuda::MlaPrefillWgmmaAvailable() && c.kv_lora_rank == 512 && c.mla_row == 576;
+      options.wgmma_mla && cuda::MlaPrefillWgmmaSupports(c.mla_row, c.kv_lora_rank);
   if (options.dense_gemv_max_rows < 1 || options.dense_gemv_max_rows > kGemvMaxRows) {
     return absl::InvalidArgumentError(absl::StrCat("dense_gemv_max_rows must be in 1..", kGemvMaxRows));
   }

@@ -475,8 +475,6 @@ int MlaPrefillSplits(int64_t n_rows, int64_t n_heads, int64_t max_len, int64_t n
   return best;
 }
 
-bool MlaPrefillWgmmaAvailable() { return MlaPrefillWgmmaBuilt(); }
-
 cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
   if (p.n_rows < 0 || p.n_heads < 0 || p.n_seqs < 0 || p.n_splits < 1 || p.n_splits > kMaxSplits) {
     return cudaErrorInvalidValue;
@@ -500,7 +498,7 @@ cudaError_t MlaPrefill(const MlaPrefillParams& p, cudaStream_t stream) {
                        p.q_seq_stride < p.n_rows * p.q_row_stride || p.out_seq_stride < p.n_rows * p.out_row_stride)) {
     return cudaErrorInvalidValue;
   }
-  if (p.wgmma && (!MlaPrefillWgmmaBuilt() || p.row_width != 576 || p.value_width != 512)) return cudaErrorInvalidValue;
+  if (p.wgmma && !MlaPrefillWgmmaSupports(p.row_width, p.value_width)) return cudaErrorInvalidValue;
   const int64_t n_pairs = p.n_rows * p.n_heads;
   const int bm = p.wgmma ? kMlaWgmmaPairs : PairTile(n_pairs);
   const int64_t tiles = detail::CeilDiv(n_pairs, bm);

@@ -53,13 +53,13 @@ struct MlaPrefillParams {
   int64_t block_table_stride = 0;  // entries between the sequences' tables (n_seqs > 1: >= 1)
   // The warpgroup (wgmma) kernel (mla_prefill_wgmma.cu): blocks of 64 pairs, S and P·V read from
   // shared memory by the tensor cores. The same function and roundings, another summation order.
-  // K3's widths only (row 576, value 512) and an sm_90a build (MlaPrefillWgmmaAvailable());
-  // cudaErrorInvalidValue otherwise.
+  // Only where MlaPrefillWgmmaSupports(row_width, value_width); cudaErrorInvalidValue otherwise.
   bool wgmma = false;
 };
 
-// Whether MlaPrefillParams::wgmma can be taken (an sm_90a build).
-bool MlaPrefillWgmmaAvailable();
+// Whether MlaPrefillParams::wgmma can be taken for these widths: an sm_90a build and K3's widths
+// (row 576, value 512: two warpgroups of 256 value columns).
+bool MlaPrefillWgmmaSupports(int64_t row_width, int64_t value_width);
 
 // Bytes of workspace for a launch with these sizes (n_rows: the query rows of all its sequences,
 // n_seqs · n_rows): the f16 copy of rows 0..max_len-1 for an f32 cache, plus the partial results

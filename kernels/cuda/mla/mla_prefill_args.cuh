@@ -26,12 +26,10 @@ struct MlaPrefillArgs {
   float* part;            // n_splits > 1: [n_splits][n_seqs·n_pairs][vw + 4]: Σ p·V (unnormalized), m (log2), l
 };
 
-// The wgmma kernel's block: 64 (row, head) pairs (n_tiles = ceil(n_pairs / 64)); it takes K3's
-// widths only: row 576, value 512 (two warpgroups of 256 value columns). It exists in an sm_90a
-// build only (K3_HAVE_SM90A): MlaPrefillWgmmaBuilt() is false otherwise.
+// The wgmma kernel's block: 64 (row, head) pairs (n_tiles = ceil(n_pairs / 64)).
 inline constexpr int kMlaWgmmaPairs = 64;
-bool MlaPrefillWgmmaBuilt();
-// Launches `blocks` blocks (n_seqs · n_tiles · n_splits) of the wgmma kernel on `a`.
+// Launches `blocks` blocks (n_seqs · n_tiles · n_splits) of the wgmma kernel on `a`, whose widths
+// MlaPrefillWgmmaSupports (mla_prefill.h) has accepted.
 cudaError_t LaunchMlaPrefillWgmma(const MlaPrefillArgs& a, unsigned blocks, cudaStream_t stream);
 
 }  // namespace k3::cuda

@@ -26,6 +26,8 @@
 
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/mla/mla_prefill.h"
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
@@ -281,22 +283,23 @@ __global__ void __launch_bounds__(kThreads, 1) MlaPrefillWgmmaKernel(const MlaPr
     dst[vw + 1] = s_l[tid];
   }
 #else
-  __trap();  // built without sm_90a: MlaPrefill refuses params.wgmma then (MlaPrefillWgmmaBuilt)
+  __trap();  // built without sm_90a: MlaPrefill refuses params.wgmma then (MlaPrefillWgmmaSupports)
 #endif
 }
 
 }  // namespace
 
-bool MlaPrefillWgmmaBuilt() {
+bool MlaPrefillWgmmaSupports(int64_t row_width, int64_t value_width) {
 #ifdef K3_HAVE_SM90A
-  return true;
+  return row_width == 64 * kMaxBlocks && value_width == kValue;
 #else
+  (void)row_width;
+  (void)value_width;
   return false;
 #endif
 }
 
 cudaError_t LaunchMlaPrefillWgmma(const MlaPrefillArgs& a, unsigned blocks, cudaStream_t stream) {
-  if (!MlaPrefillWgmmaBuilt() || a.vw != kValue || a.rw != 64 * kMaxBlocks) return cudaErrorInvalidValue;
   const size_t smem = SmemBytes(kMaxBlocks);
   auto* const kernel = MlaPrefillWgmmaKernel<kMaxBlocks>;
   K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
