@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/quant/ggml_type.h"
 #include "kernels/quant/half.h"
@@ -45,6 +46,7 @@ struct Case {
   bool shared_x;
   bool int8_x = false;  // IQ1_S: x rounded to int8 (QuantGemvParams::int8_x)
   bool row_lanes = true;  // int8_x: the lane-per-row kernel (QuantGemvParams::iq1s_row_lanes)
+  bool ternary = false;   // IQ1_S in its ternary form (QuantGemvParams::iq1s_ternary), repacked on the GPU
 };
 
 // Random bytes with sane f16 scales at the block starts that hold them (decoded values finite).
@@ -88,7 +90,8 @@ void FillRandom(GgmlType type, std::vector<uint8_t>& buf, std::mt19937_64& rng) 
 
 void RunCase(const Case& c, FILE* csv) {
   const auto& tr = k3::quant::Traits(c.type);
-  const size_t row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
+  const size_t ggml_row_bytes = static_cast<size_t>(c.cols / tr.block_elems) * tr.block_bytes;
+  const size_t row_bytes = c.ternary ? static_cast<size_t>(k3::cuda::Iq1sTernaryRowBytes(c.cols)) : ggml_row_bytes;
   const size_t mat_bytes = row_bytes * c.rows;
   const size_t mat_stride = (mat_bytes + 255) / 256 * 256;
   const size_t pool_bytes = mat_stride * c.n_pool;
@@ -100,13 +103,27 @@ void RunCase(const Case& c, FILE* csv) {
   while (copies > 1 && pool_bytes * copies > (size_t{6} << 30)) --copies;
 
   std::mt19937_64 rng(12345);
-  std::vector<uint8_t> host(pool_bytes);
+  // the ggml rows, dense (the ternary form is made from them on the GPU, matrix by matrix)
+  const size_t ggml_pool_bytes = c.ternary ? ggml_row_bytes * c.rows * c.n_pool : pool_bytes;
+  std::vector<uint8_t> host(ggml_pool_bytes);
   FillRandom(c.type, host, rng);
+  uint8_t* ggml = nullptr;
+  if (c.ternary) {
+    CHECK(cudaMalloc(&ggml, ggml_pool_bytes));
+    CHECK(cudaMemcpy(ggml, host.data(), ggml_pool_bytes, cudaMemcpyHostToDevice));
+  }
   std::vector<uint8_t*> w(copies);
   for (int i = 0; i < copies; ++i) {
     CHECK(cudaMalloc(&w[i], pool_bytes));
-    CHECK(cudaMemcpy(w[i], host.data(), pool_bytes, cudaMemcpyHostToDevice));
+    if (!c.ternary) {
+      CHECK(cudaMemcpy(w[i], host.data(), pool_bytes, cudaMemcpyHostToDevice));
+      continue;
+    }
+    for (int64_t m = 0; m < c.n_pool; ++m) {
+      CHECK(k3::cuda::Iq1sToTernary({ggml + m * ggml_row_bytes * c.rows, w[i] + m * mat_stride, c.rows, c.cols}, nullptr));
+    }
   }
+  if (ggml != nullptr) CHECK(cudaFree(ggml));
   const int64_t x_slots = c.shared_x ? 1 : c.n_mats;
   std::vector<float> hx(x_slots * c.tokens * c.cols);
   std::normal_distribution<float> nd(0.f, 1.f);
@@ -144,6 +161,7 @@ void RunCase(const Case& c, FILE* csv) {
   p.n_tokens = c.tokens;
   p.int8_x = c.int8_x;
   p.iq1s_row_lanes = c.row_lanes;
+  p.iq1s_ternary = c.ternary;
   auto launch = [&](int i) {
     p.weight = w[i % copies];
     p.mat_ids = c.n_mats > 1 || c.n_pool > 1 ? ids + (i % id_sets) * c.n_mats : nullptr;
@@ -527,6 +545,9 @@ int main(int argc, char** argv) {
         {"expert int8x-sub down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false, true, false},
         {"expert int8x gate x16, 4 tok", GgmlType::kIQ1_S, 3072, 3584, 4, 16, 896, false, true},
         {"expert int8x gate x256 (batch 16)", GgmlType::kIQ1_S, 3072, 3584, 1, 256, 896, false, true},
+        {"expert int8x-tern gate 3584->3072 x16", GgmlType::kIQ1_S, 3072, 3584, 1, 16, 896, true, true, true, true},
+        {"expert int8x-tern down 3072->3584 x16", GgmlType::kIQ1_S, 3584, 3072, 1, 16, 896, false, true, true, true},
+        {"expert int8x-tern gate x256 (batch 16)", GgmlType::kIQ1_S, 3072, 3584, 1, 256, 896, false, true, true, true},
         {"generic 7168->12288", GgmlType::kIQ2_XS, 12288, 7168, 1, 1, 1, true},
         {"generic 7168->12288", GgmlType::kIQ2_XXS, 12288, 7168, 1, 1, 1, true},
         {"generic 7168->12288", GgmlType::kQ2_K, 12288, 7168, 1, 1, 1, true},

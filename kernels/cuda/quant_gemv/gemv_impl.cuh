@@ -46,6 +46,7 @@ struct Args {
   int32_t region_bytes;    // shared bytes per row region (multiple of 16)
   int32_t table_bytes;     // shared bytes of the tables (multiple of 16)
   int32_t n_tokens;        // <= M of the instantiation
+  bool ternary;            // IQ1_S rows in their ternary form (iq1s_ternary.h): the lane-per-row kernel only
   const float* x;
   int64_t x_stride, x_mat_stride;
   float* y;

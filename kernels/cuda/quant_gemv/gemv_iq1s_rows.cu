@@ -39,6 +39,13 @@
 // shared memory 27.2 (28 warps, 64 registers; ~94 instructions per row and sub-block); explicit LDS
 // addresses 25.4; this form (64-row tiles, the id and x of the next matrix a tile ahead) 23.9-24.2.
 //
+// kTernary (QuantGemvParams::iq1s_ternary): the rows in their ternary form (iq1s_ternary.h, 72-byte
+// blocks, rows an odd number of 8-byte words apart), no grid: a sub-block of a row is two words of
+// 2-bit fields g + 1, each word masked four ways (0x03030303 << 2i: weights 4i .. 4i + 3 as bytes
+// times 4^i) into four DP4A chains, which are then shifted back and added: the same integer Σ g·q,
+// so the same outputs, bit for bit, as the grid form (~31 instructions per row and sub-block against
+// ~53, and no shared-memory lookups). The tiles are 44% larger (72 bytes per 256 weights, not 50).
+//
 // Numerics: per (row, sub-block) exactly the sub-block kernel's int8 term
 // dl·(sx·Σ_j g_j·q_j + δ·Σx) (the same rounding of x, the same integers, dl and δ·Σx formed the
 // same way), accumulated per lane over the block's 8 sub-blocks in order (fmaf), then over the
@@ -54,6 +61,7 @@
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/mma_ptx.cuh"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_rows.cuh"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 
 namespace k3::cuda::qgemv {
 namespace {
@@ -67,6 +75,9 @@ constexpr int kEntryShift = 5;                         // bytes per entry (all c
 static_assert(4 * kGridCopies == 1 << kEntryShift);
 constexpr int kMaxWarps = kIq1sRowsMaxCols / 256;      // a warp per block column
 constexpr int kBlockWords = 13;                        // aligned words covering a 50-byte block
+constexpr int kTernaryBlockBytes = 72;                 // iq1s_ternary.h
+static_assert(kTernaryBlockBytes == kIq1sTernaryBlockBytes);
+static_assert(kIq1sTernaryMaxCols == kIq1sRowsMaxCols);
 constexpr int kXWords = 12;                            // per sub-block: 8 words of int8 x, -Σq, sx, Σx/8, 0
 constexpr int kPassRows = kIq1sRowsPassRows;           // grouped: positions per pass
 
@@ -76,12 +87,12 @@ struct RowArgs {
   int64_t mat_stride;      // bytes
   const int32_t* mat_ids;  // or nullptr
   int32_t rows;            // rows per matrix
-  int32_t row_bytes;       // 50 * blocks per row
+  int32_t row_bytes;       // 50 * blocks per row (kTernary: Iq1sTernaryRowBytes)
   int32_t tiles_per_mat;   // ceil(rows / rows per tile): kTileRows, or kHalfRows for gate|up
   int64_t n_tiles;         // matrices * tiles_per_mat (< 2^31)
   int64_t n_mats;
   int32_t nw;              // warps per block = blocks per row
-  int32_t stage_bytes;     // kTileRows * row_bytes (a multiple of 16)
+  int32_t stage_bytes;     // kTileRows * row_bytes (a multiple of 16: row_bytes is even, or 8k)
   const float* x;          // one token per matrix
   int64_t x_mat_stride;
   float* y;
@@ -229,6 +240,59 @@ __device__ __forceinline__ void RowPair(const uint32_t* src0, const uint32_t* sr
   }
 }
 
+// Σ a_k·b_k over the four bytes, a unsigned (a trit mask's bytes reach 0x80), b signed, plus c.
+__device__ __forceinline__ int Dp4aUS(uint32_t a, uint32_t b, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  return d;
+}
+
+// DotSub for a ternary sub-block: t = its two trit words, nib = its qh >> 12, d the block's scale.
+// Chain i collects the bytes masked by 0x03030303 << 2i, i.e. 4^i·(g + 1) of weights 4i .. 4i + 3
+// of each word (x words xa.i and xb.i); the chains are exact multiples of 4^i, so shifting them
+// back gives Σ(g + 1)·q exactly, and chain 0 starts at -Σq: si is DotSub's Σ g·q.
+__device__ __forceinline__ float DotSubTernary(const uint2& t, uint32_t nib, float d, const uint4& xa,
+                                               const uint4& xb, const uint4& xc, float acc) {
+  int c0 = static_cast<int>(xc.x), c1 = 0, c2 = 0, c3 = 0;
+  c0 = Dp4aUS(t.x & 0x03030303u, xa.x, c0);
+  c1 = Dp4aUS(t.x & 0x0c0c0c0cu, xa.y, c1);
+  c2 = Dp4aUS(t.x & 0x30303030u, xa.z, c2);
+  c3 = Dp4aUS(t.x & 0xc0c0c0c0u, xa.w, c3);
+  c0 = Dp4aUS(t.y & 0x03030303u, xb.x, c0);
+  c1 = Dp4aUS(t.y & 0x0c0c0c0cu, xb.y, c1);
+  c2 = Dp4aUS(t.y & 0x30303030u, xb.z, c2);
+  c3 = Dp4aUS(t.y & 0xc0c0c0c0u, xb.w, c3);
+  const int si = c0 + (c1 >> 2) + (c2 >> 4) + (c3 >> 6);  // exact: c_i is a multiple of 4^i
+  const float dxs = __uint_as_float(xc.z ^ ((nib & 8u) << 28));  // δ·Σx, δ = ±1/8
+  const float dl = d * static_cast<float>(static_cast<int>(((nib & 7u) << 1) | 1u));  // d·(2·ls + 1)
+  return fmaf(dl, fmaf(__uint_as_float(xc.y), static_cast<float>(si), dxs), acc);
+}
+
+// RowPair for ternary rows: src0, src1 = the two rows' 72-byte blocks (8-byte aligned).
+template <int kTok>
+__device__ __forceinline__ void RowPairTernary(const uint32_t* src0, const uint32_t* src1, const uint32_t* xq,
+                                               int x_tok_words, float (&acc)[kTok][2]) {
+  const uint2 m0 = *reinterpret_cast<const uint2*>(src0 + 16), m1 = *reinterpret_cast<const uint2*>(src1 + 16);
+  const float d0 = HalfToFloat(m0.y & 0xffffu), d1 = HalfToFloat(m1.y & 0xffffu);
+#pragma unroll
+  for (int t = 0; t < kTok; ++t) acc[t][0] = 0.0f, acc[t][1] = 0.0f;
+#pragma unroll
+  for (int ib = 0; ib < 8; ++ib) {
+    const uint2 t0 = *reinterpret_cast<const uint2*>(src0 + 2 * ib);
+    const uint2 t1 = *reinterpret_cast<const uint2*>(src1 + 2 * ib);
+    const uint32_t n0 = m0.x >> (4 * ib), n1 = m1.x >> (4 * ib);
+#pragma unroll
+    for (int t = 0; t < kTok; ++t) {
+      const uint32_t* const xt = xq + t * x_tok_words + kXWords * ib;
+      const uint4 xa = *reinterpret_cast<const uint4*>(xt);
+      const uint4 xb = *reinterpret_cast<const uint4*>(xt + 4);
+      const uint4 xc = *reinterpret_cast<const uint4*>(xt + 8);
+      acc[t][0] = DotSubTernary(t0, n0, d0, xa, xb, xc, acc[t][0]);
+      acc[t][1] = DotSubTernary(t1, n1, d1, xa, xb, xc, acc[t][1]);
+    }
+  }
+}
+
 // Sums one token's partials of a tile in warp order into y (the tile's output row: y[r] for tile
 // row r, with rows at or past a.rows - row0 left alone). part 0: rows 0-31 (lane rows), part 1: rows
 // 32-63. gate|up: part p takes rows 16·p .. 16·p + 15 of the tile, lanes 0-15 their gate sums and
@@ -271,13 +335,15 @@ __device__ __forceinline__ void StoreTilePart(const RowArgs& a, const float* red
 // tile's rows are read and decoded once and dotted with each position's x (rounded at the pass's
 // first tile, both read then: a block meets few passes); every position's sums are exactly the
 // one-token kernel's. The pass count is read on the device, the grid sized for the most passes.
-template <bool kGateUp, bool kBulk, bool kGrouped>
+template <bool kGateUp, bool kBulk, bool kGrouped, bool kTernary>
 __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArgs a) {
   PdlEnter();
   constexpr int kTok = kGrouped ? kPassRows : 1;
+  constexpr int kTab = kTernary ? 0 : kTabBytes;
+  constexpr int kBlk = kTernary ? kTernaryBlockBytes : 50;  // bytes of a row's 256-weight block
   extern __shared__ __align__(16) uint8_t dsm[];
   uint32_t* const tab = reinterpret_cast<uint32_t*>(dsm);
-  uint8_t* const stages = dsm + kTabBytes;
+  uint8_t* const stages = dsm + kTab;
   uint32_t* const xs = reinterpret_cast<uint32_t*>(stages + kStages * a.stage_bytes);
   const int nw = a.nw, nthreads = 32 * nw;
   const int x_tok_words = 8 * nw * kXWords;  // one token's rounded x
@@ -293,7 +359,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
 
   // the grid, entry i = the 8 values g of kIq1sGrid[i] as nibbles g + 1: value k < 4 in the low
   // nibble of byte k, value k + 4 in its high nibble; kGridCopies copies side by side
-  for (int i = tid; i < 2048; i += nthreads) {
+  for (int i = tid; i < (kTernary ? 0 : 2048); i += nthreads) {
     const uint64_t g = iqdev::kIq1sGrid[i];
     uint32_t e = 0;
 #pragma unroll
@@ -355,7 +421,7 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
 
   const uint32_t tab_lane = ptx::SmemAddr(tab) + 4u * (lane & (kGridCopies - 1));
   uint32_t* const xq = xs + 8 * warp * kXWords;
-  const uint32_t off = static_cast<uint32_t>(lane * a.row_bytes + 50 * warp);  // row `lane`'s block in a stage
+  const uint32_t off = static_cast<uint32_t>(lane * a.row_bytes + kBlk * warp);  // row `lane`'s block in a stage
   const uint32_t off1 = off + 32u * static_cast<uint32_t>(a.row_bytes);         // row lane + 32's
   float4 xa, xb;  // x of tile `cur`'s matrix, this lane's 8 columns, once the matrix changes
   if (!kGrouped && n_local > 0) LoadX8(a.x + cur.mat * a.x_mat_stride + 256 * warp, lane, xa, xb);
@@ -403,7 +469,9 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
     auto compute = [&](auto tok) {
       constexpr int kT = decltype(tok)::value;
       float acc[kT][2];
-      if (off & 2u) {
+      if constexpr (kTernary) {
+        RowPairTernary<kT>(src0, src1, xq, x_tok_words, acc);
+      } else if (off & 2u) {
         RowPair<2, kT>(src0, src1, tab_lane, xq, x_tok_words, acc);
       } else {
         RowPair<0, kT>(src0, src1, tab_lane, xq, x_tok_words, acc);
@@ -427,30 +495,35 @@ __global__ void __launch_bounds__(32 * kMaxWarps, 1) Iq1sRowsKernel(const RowArg
 }
 
 // Whether every tile of the launch is whole 16-byte units (bulk copies): full tiles always are
-// (32 or 64 rows of 50·nw bytes), the last tile of a matrix when its rows times nw is a multiple of 8.
-bool BulkTiles(const RowArgs& r, int step) { return (static_cast<int64_t>(r.rows % step) * r.nw) % 8 == 0; }
+// (32 or 64 rows of an even row_bytes), the last tile of a matrix when its rows times row_bytes is.
+bool BulkTiles(const RowArgs& r, int step) { return (static_cast<int64_t>(r.rows % step) * r.row_bytes) % 16 == 0; }
 
-template <bool kGateUp, bool kBulk, bool kGrouped>
+template <bool kGateUp, bool kBulk, bool kGrouped, bool kTernary>
 cudaError_t LaunchRowsAs(const RowArgs& r, cudaStream_t stream) {
   // the grid, the stages, x and two buffers of partials per token, 16 bytes for the last lane's
   // 13-word read past its stage's end, the stages' barriers: at 14 blocks per row 212 KB (one
   // token) or 220 KB (two, kGrouped) of a Hopper block's 227
   constexpr int kTok = kGrouped ? kPassRows : 1;
-  const int smem = kTabBytes + kStages * r.stage_bytes + kTok * (8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4) +
+  const int smem = (kTernary ? 0 : kTabBytes) + kStages * r.stage_bytes + kTok * (8 * r.nw * kXWords * 4 + 2 * r.nw * kTileRows * 4) +
                    16 + 8 * kStages;
   const int threads = 32 * r.nw;
-  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp, kBulk, kGrouped>);
+  const void* kernel = reinterpret_cast<const void*>(&Iq1sRowsKernel<kGateUp, kBulk, kGrouped, kTernary>);
   int per_sm = 0;
   K3_CUDA_CHECK(PrepareKernel(kernel, threads, smem, &per_sm));
   const int64_t cap = static_cast<int64_t>(per_sm) * detail::MultiprocessorCount();
   const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(r.n_tiles, cap)));
-  return LaunchKernel(Iq1sRowsKernel<kGateUp, kBulk, kGrouped>, grid, threads, smem, stream, r);
+  return LaunchKernel(Iq1sRowsKernel<kGateUp, kBulk, kGrouped, kTernary>, grid, threads, smem, stream, r);
 }
 
 template <bool kGateUp, bool kGrouped = false>
-cudaError_t LaunchRows(const RowArgs& r, cudaStream_t stream) {
-  return BulkTiles(r, kGateUp ? kHalfRows : kTileRows) ? LaunchRowsAs<kGateUp, true, kGrouped>(r, stream)
-                                                        : LaunchRowsAs<kGateUp, false, kGrouped>(r, stream);
+cudaError_t LaunchRows(const RowArgs& r, bool ternary, cudaStream_t stream) {
+  const bool bulk = BulkTiles(r, kGateUp ? kHalfRows : kTileRows);
+  if (ternary) {
+    return bulk ? LaunchRowsAs<kGateUp, true, kGrouped, true>(r, stream)
+                : LaunchRowsAs<kGateUp, false, kGrouped, true>(r, stream);
+  }
+  return bulk ? LaunchRowsAs<kGateUp, true, kGrouped, false>(r, stream)
+              : LaunchRowsAs<kGateUp, false, kGrouped, false>(r, stream);
 }
 
 // The launch's arguments from QuantGemv's; tiles of `step` rows per matrix.
@@ -464,7 +537,7 @@ RowArgs MakeRowArgs(const Args& a, int step) {
   r.tiles_per_mat = static_cast<int32_t>((a.rows + step - 1) / step);
   r.n_tiles = a.n_mats * r.tiles_per_mat;
   r.nw = a.bpr;
-  r.stage_bytes = kTileRows * r.row_bytes;  // 3200·bpr: a multiple of 16
+  r.stage_bytes = kTileRows * r.row_bytes;  // 3200·bpr, or 64 rows of 8k bytes: a multiple of 16
   r.x = a.x;
   r.x_mat_stride = a.x_mat_stride;
   r.y = a.y;
@@ -483,7 +556,7 @@ bool Iq1sRowsApplies(const Args& a) {
 
 cudaError_t LaunchIq1sRows(const Args& a, cudaStream_t stream) {
   if (a.n_tokens != 1 || !Iq1sRowsApplies(a)) return cudaErrorInvalidValue;
-  return LaunchRows<false>(MakeRowArgs(a, kTileRows), stream);
+  return LaunchRows<false>(MakeRowArgs(a, kTileRows), a.ternary, stream);
 }
 
 cudaError_t LaunchIq1sRowsGateUp(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
@@ -495,7 +568,7 @@ cudaError_t LaunchIq1sRowsGateUp(const Args& gate, const uint8_t* up, float situ
   r.w_up = up;
   r.situ_beta = situ_beta;
   r.situ_lambda = situ_lambda;
-  return LaunchRows<true>(r, stream);
+  return LaunchRows<true>(r, gate.ternary, stream);
 }
 
 namespace {
@@ -521,7 +594,7 @@ cudaError_t GroupedRowArgs(const Args& a, const RowPasses& g, int step, RowArgs*
 cudaError_t LaunchIq1sRowsGrouped(const Args& a, const RowPasses& g, cudaStream_t stream) {
   RowArgs r{};
   K3_CUDA_CHECK(GroupedRowArgs(a, g, kTileRows, &r));
-  return LaunchRows<false, true>(r, stream);
+  return LaunchRows<false, true>(r, a.ternary, stream);
 }
 
 cudaError_t LaunchIq1sRowsGateUpGrouped(const Args& gate, const uint8_t* up, float situ_beta, float situ_lambda,
@@ -532,7 +605,7 @@ cudaError_t LaunchIq1sRowsGateUpGrouped(const Args& gate, const uint8_t* up, flo
   r.w_up = up;
   r.situ_beta = situ_beta;
   r.situ_lambda = situ_lambda;
-  return LaunchRows<true, true>(r, stream);
+  return LaunchRows<true, true>(r, gate.ternary, stream);
 }
 
 }  // namespace k3::cuda::qgemv

@@ -9,6 +9,7 @@
 #include "kernels/cuda/quant_gemv/gemv_iq1s_rows.cuh"
 #include "kernels/cuda/quant_gemv/gemv_iq1s_sub.cuh"
 #include "kernels/cuda/quant_gemv/gemv_q8_0_short.cuh"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 
 namespace k3::cuda {
 namespace qgemv {
@@ -116,7 +117,11 @@ cudaError_t MakeArgs(const QuantGemvParams& p, Args* out, int* smem_bytes, bool*
   }
   if (p.cols % be != 0 || p.cols % 8 != 0) return cudaErrorInvalidValue;
   const int64_t bpr = p.cols / be;
-  if (static_cast<int64_t>(p.row_bytes) != bpr * bb || bpr > (int64_t{1} << 30)) return cudaErrorInvalidValue;
+  if (p.iq1s_ternary && (p.type != quant::GgmlType::kIQ1_S || !p.int8_x || !p.iq1s_row_lanes)) {
+    return cudaErrorInvalidValue;
+  }
+  const int64_t want_row_bytes = p.iq1s_ternary ? Iq1sTernaryRowBytes(p.cols) : bpr * bb;
+  if (static_cast<int64_t>(p.row_bytes) != want_row_bytes || bpr > (int64_t{1} << 30)) return cudaErrorInvalidValue;
   if (p.weight == nullptr || p.x == nullptr || p.y == nullptr) return cudaErrorInvalidValue;
   if (!Aligned16(p.weight) || !Aligned16(p.x)) return cudaErrorMisalignedAddress;
   if ((p.n_mats > 1 || p.mat_ids != nullptr) && (p.mat_stride_bytes % 16 != 0 || p.mat_stride_bytes < p.rows * static_cast<int64_t>(p.row_bytes))) {
@@ -147,6 +152,7 @@ cudaError_t MakeArgs(const QuantGemvParams& p, Args* out, int* smem_bytes, bool*
   a.bpr = static_cast<int32_t>(bpr);
   a.cb = static_cast<int32_t>(cb);
   a.n_chunks = static_cast<int32_t>(n_chunks);
+  a.ternary = p.iq1s_ternary;
   a.region_bytes = static_cast<int32_t>((cb * bb + 32 + 15) & ~int64_t{15});
   a.table_bytes = FormatTableBytes(p.type);
   a.x_stride = p.x_stride;
@@ -180,6 +186,7 @@ cudaError_t QuantGemv(const QuantGemvParams& p, cudaStream_t stream) {
     }
     return cudaSuccess;
   }
+  if (p.iq1s_ternary) return cudaErrorInvalidValue;  // a shape the lane-per-row kernel does not take
   // IQ1_S at decode sizes (the routed experts): the sub-block kernel, passes of up to 8 tokens.
   if (p.type == quant::GgmlType::kIQ1_S && p.n_tokens <= kIq1sSubMaxTokens && p.cols <= kIq1sSubMaxCols) {
     a.n_tokens = static_cast<int32_t>(p.n_tokens);

@@ -44,6 +44,11 @@ struct QuantGemvParams {
   // kernel (gemv_iq1s_rows.cu; token by token when n_tokens > 1, so a token's output does not
   // depend on the others); false keeps the sub-block kernel (the A/B switch of the benchmarks).
   bool iq1s_row_lanes = true;
+  // The weights are IQ1_S rows in their ternary form (iq1s_ternary.h: row_bytes must be
+  // Iq1sTernaryRowBytes(cols)), which only the lane-per-row kernel reads: int8_x and
+  // iq1s_row_lanes must be set and the shape one it takes (cudaErrorInvalidValue otherwise). The
+  // outputs are bit for bit those of the same product on the ggml rows.
+  bool iq1s_ternary = false;
 };
 
 // True for every type with a GPU decoder (the same set as quant::CanDequantize).
