@@ -26,6 +26,8 @@
 // --mma-mla: that tensor-core MLA attention on the mma.sync kernel (CudaEngineOptions::wgmma_mla off;
 // --wgmma-mla: on, the default where the build and widths allow);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
+// --ternary-experts: with --int8-experts, those GEMVs read the experts' ternary form, a second
+// copy made at load (CudaEngineOptions::ternary_experts);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
 // --one-stream: decode steps on one stream (CudaEngineOptions::side_streams off);
@@ -126,7 +128,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t mma_max_rows = -1;  // -1: the engine's default
   int64_t l2_prefetch_mb = -1;  // -1: the engine's default
   int cache_f16 = -1;  // -1: f16 (the engine's default), f32 with --exact-mla-decode (as k3-worker)
-  bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false;
+  bool graphs = true, ncu_step = false, ncu_prefill = false, tc_mla = true, int8_experts = false,
+       ternary_experts = false;
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
@@ -153,6 +156,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--wgmma-mla") wgmma_mla = true;  // (the default now)
     else if (a == "--mma-mla") wgmma_mla = false;  // CudaEngineOptions::wgmma_mla off
     else if (a == "--int8-experts") int8_experts = true;  // expert GEMVs on int8 inputs (CudaEngineOptions)
+    else if (a == "--ternary-experts") ternary_experts = true;  // CudaEngineOptions::ternary_experts
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
@@ -210,6 +214,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.tc_mla_decode = tc_mla;
   opt.wgmma_mla = wgmma_mla;
   opt.int8_expert_x = int8_experts;
+  opt.ternary_experts = ternary_experts;
   opt.fused_residual = fused_residual;
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
@@ -273,10 +278,11 @@ int Main(int argc, char** argv, int rank, int ranks) {
   if (lead) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-        "decode MLA %s; expert inputs %s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
+        "decode MLA %s; expert inputs %s%s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
         "rows: MLA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
-        tc_mla ? (eng.MlaOnWgmma() ? "tensor cores (wgmma)" : "tensor cores (mma.sync)") : "exact", int8_experts ? "int8" : "f32", fused_gate_up ? "fused" : "unfused",
+        tc_mla ? (eng.MlaOnWgmma() ? "tensor cores (wgmma)" : "tensor cores (mma.sync)") : "exact", int8_experts ? "int8" : "f32",
+        int8_experts && ternary_experts ? ", ternary expert rows" : "", fused_gate_up ? "fused" : "unfused",
         grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(eng.MoeGemvMaxRows()),
         fused_residual ? "fused" : "unfused",
         static_cast<long long>(opt.l2_prefetch_mb),

@@ -361,6 +361,25 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
   }
 }
 
+// ternary_experts: the int8-input expert GEMVs read the experts' ternary form (made on the GPU at
+// load) instead of the ggml rows: the same values, so the same logits bit for bit, in decode steps
+// of 1 row (per-pair GEMVs, fused gate|up), 3 and 12 (the expert-grouped GEMV), graphs and eager.
+TEST_F(CudaGoldenTest, TernaryExpertsChangeNoValue) {
+  for (bool graphs : {true, false}) {
+    for (int64_t n_seqs : {int64_t{1}, int64_t{3}, int64_t{12}}) {
+      CudaEngineOptions opt = ReferenceOptions(false, graphs, 512, false, false, /*int8_expert_x=*/true,
+                                               std::max<int64_t>(4, n_seqs));
+      opt.grouped_expert_gemv = true;
+      auto ggml = OpenWith(opt);
+      opt.ternary_experts = true;
+      auto ternary = OpenWith(opt);
+      ASSERT_TRUE(ggml && ternary);
+      EXPECT_GT(ternary->weight_bytes(), ggml->weight_bytes());  // the second copy is there
+      ExpectSameDecodeBatches(*ternary, *ggml, n_seqs, 6, "graphs " + std::to_string(graphs));
+    }
+  }
+}
+
 // mma_staged_x (the default): the tensor-core GEMV's x rounded to f16 once per product into a
 // scratch (one per stream) instead of per block: the same values, so the same logits bit for bit,
 // in decode steps of 12 rows (one tile) and 40 (three tiles of a 64-row pass), graphs and eager.

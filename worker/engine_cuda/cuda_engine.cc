@@ -153,7 +153,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& 
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_CU(cudaSetDevice(options.device));
   K3_ASSIGN_OR_RETURN(engine::ModelWeights w, engine::BindWeights(e->config_, *file, e->shard_));
-  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv);
+  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv,
+              options.int8_expert_x && options.ternary_experts);
   K3_RETURN_IF_ERROR(up.Globals(e->config_, w, e->impl_.get()));
   e->impl_->layers.resize(e->config_.n_layers);
   for (int64_t il = 0; il < e->config_.n_layers; ++il) {
@@ -180,7 +181,8 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_CU(cudaSetDevice(options.device));
   SynthHost host(m, source.fill_on_device ? &e->impl_->arena : nullptr);
-  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv);
+  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv,
+              options.int8_expert_x && options.ternary_experts);
   {
     engine::ModelWeights w;
     const model::RankShard& s = e->shard_;

@@ -98,6 +98,12 @@ struct CudaEngineOptions {
   // multiply in integers (QuantGemvParams::int8_x; ~2x faster expert GEMVs). Not exact: on the
   // golden model held to llama.cpp's closeness (which rounds every product's input so).
   bool int8_expert_x = false;
+  // With int8_expert_x, the routed experts' IQ1_S stacks also get their ternary form (2-bit fields
+  // g + 1, kernels/cuda/quant_gemv/iq1s_ternary.h), which the decode GEMVs (per pair, gate|up,
+  // expert-grouped) read instead of the ggml rows: no grid lookups, the same values bit for bit
+  // (engine test TernaryExpertsChangeNoValue), 1.44x the experts' bytes per read. A second copy of
+  // the experts (prefill's tile GEMMs still read the ggml rows): off by default.
+  bool ternary_experts = false;
   // With int8_expert_x, the routed gate and up products and their activation of decode steps of
   // up to kFusedGateUpMaxRows (4) rows run as one launch (cuda::QuantGemvGateUpSitu: the same bits
   // as the two GEMVs and the Situ launch; H200, slice8, batch 1: 325.5 -> 332.8 tok/s with the L2

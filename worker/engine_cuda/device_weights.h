@@ -30,6 +30,11 @@ struct DStack {
   const void* data = nullptr;
   int64_t rows = 0, cols = 0, count = 0;
   size_t row_bytes = 0, matrix_stride = 0;
+  // IQ1_S stacks with CudaEngineOptions::ternary_experts: the same matrices in their ternary form
+  // (kernels/cuda/quant_gemv/iq1s_ternary.h), which the int8-input GEMVs read instead of data;
+  // nullptr otherwise. data stays for every other product (prefill's tile GEMMs).
+  const void* ternary = nullptr;
+  size_t ternary_row_bytes = 0, ternary_stride = 0;
 };
 using DVec = const float*;
 

@@ -49,17 +49,27 @@ cuda::QuantGemvParams StackParams(const DStack& w, const int32_t* ids, int64_t n
   p.int8_x = int8_x;
   p.n_mats = n_mats;
   p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
+  if (int8_x && w.ternary != nullptr) {  // the same products on the stack's ternary form
+    p.weight = w.ternary;
+    p.row_bytes = w.ternary_row_bytes;
+    p.mat_stride_bytes = static_cast<int64_t>(w.ternary_stride);
+    p.iq1s_ternary = true;
+  }
   p.mat_ids = ids;
   p.x_mat_stride = x_mat;
   p.y_mat_stride = y_mat;
   return p;
 }
 
-// Whether up has gate's type, shape and strides (the fused gate|up launches need it).
+// Whether up has gate's type, shape and strides, and a ternary form where gate has one (the fused
+// gate|up launches need it).
 bool SameShape(const DStack& gate, const DStack& up) {
   return up.type == gate.type && up.rows == gate.rows && up.cols == gate.cols && up.row_bytes == gate.row_bytes &&
-         up.matrix_stride == gate.matrix_stride;
+         up.matrix_stride == gate.matrix_stride && (up.ternary == nullptr) == (gate.ternary == nullptr) &&
+         up.ternary_stride == gate.ternary_stride;
 }
+// up's weights for a fused launch whose gate params are p (its ternary form where p reads gate's).
+const void* UpWeights(const DStack& up, const cuda::QuantGemvParams& p) { return p.iq1s_ternary ? up.ternary : up.data; }
 
 // A grouped expert product's params (GroupedProduct's arguments).
 cuda::QuantGemmParams GroupedParams(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
@@ -100,7 +110,8 @@ cudaError_t GemvStackGateUp(const DStack& gate, const DStack& up, const int32_t*
                             const model::K3Config& c, cudaStream_t s, bool int8_x, bool fused) {
   const cuda::QuantGemvParams p = StackParams(gate, ids, n_mats, x, x_stride, x_mat, g, y_stride, y_mat, 1, int8_x);
   if (fused && int8_x && SameShape(gate, up) && cuda::QuantGemvGateUpSupports(p)) {
-    return cuda::QuantGemvGateUpSitu(cuda::QuantGemvGateUpParams{p, up.data, c.situ_beta, c.situ_linear_beta}, s);
+    return cuda::QuantGemvGateUpSitu(cuda::QuantGemvGateUpParams{p, UpWeights(up, p), c.situ_beta, c.situ_linear_beta},
+                                     s);
   }
   cudaError_t e = GemvStack(gate, ids, n_mats, x, x_stride, x_mat, g, y_stride, y_mat, 1, s, int8_x);
   if (e == cudaSuccess) e = GemvStack(up, ids, n_mats, x, x_stride, x_mat, u, y_stride, y_mat, 1, s, int8_x);
@@ -125,8 +136,8 @@ cudaError_t GemvStackGateUpGrouped(const DStack& gate, const DStack& up, const c
                                    int64_t n_positions, const model::K3Config& c, cudaStream_t s, bool fused) {
   if (fused) {
     const cuda::QuantGemvParams p = StackParams(gate, nullptr, 1, x, x_stride, 0, gy, y_stride, 0, 1, true);
-    return cuda::QuantGemvGateUpSituGrouped(cuda::QuantGemvGateUpParams{p, up.data, c.situ_beta, c.situ_linear_beta},
-                                            g, s);
+    return cuda::QuantGemvGateUpSituGrouped(
+        cuda::QuantGemvGateUpParams{p, UpWeights(up, p), c.situ_beta, c.situ_linear_beta}, g, s);
   }
   cudaError_t e = GemvStackGrouped(gate, g, x, x_stride, gy, y_stride, s);
   if (e == cudaSuccess) e = GemvStackGrouped(up, g, x, x_stride, uy, y_stride, s);

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
 #include "kernels/quant/dequantize.h"
 #include "worker/common/status_macros.h"
@@ -25,7 +26,9 @@ namespace k3::engine_cuda {
 // Uploads host views of one rank's shard (engine::ModelWeights), tensor by tensor.
 class Uploader {
  public:
-  Uploader(DeviceArena& arena, uint64_t& bytes, bool direct) : arena_(arena), bytes_(bytes), direct_(direct) {}
+  // ternary: give the routed experts' IQ1_S stacks their ternary form too (AddTernary).
+  Uploader(DeviceArena& arena, uint64_t& bytes, bool direct, bool ternary = false)
+      : arena_(arena), bytes_(bytes), direct_(direct), ternary_(ternary) {}
 
   // Gives d its direct-GEMV form where the type has one (Q8_0: a repacked copy, made on the GPU).
   absl::Status AddDirect(DMat& d) {
@@ -42,6 +45,27 @@ class Uploader {
     return absl::OkStatus();
   }
   uint64_t direct_bytes() const { return direct_bytes_; }
+
+  // Gives an IQ1_S stack its ternary form (made on the GPU from the uploaded rows) where the
+  // int8-input GEMV takes its rows; a copy beside data, counted in the weight bytes.
+  absl::Status AddTernary(DStack& s) {
+    if (!ternary_ || s.type != quant::GgmlType::kIQ1_S || s.cols % 256 != 0 || s.cols > cuda::kIq1sTernaryMaxCols) {
+      return absl::OkStatus();
+    }
+    const size_t row = static_cast<size_t>(cuda::Iq1sTernaryRowBytes(s.cols));
+    const size_t stride = (row * static_cast<size_t>(s.rows) + 255) / 256 * 256;
+    K3_ASSIGN_OR_RETURN(uint8_t* dst, arena_.Alloc<uint8_t>(stride * static_cast<size_t>(s.count)));
+    const auto* src = static_cast<const uint8_t*>(s.data);
+    for (int64_t i = 0; i < s.count; ++i) {
+      K3_CU(cuda::Iq1sToTernary({src + i * s.matrix_stride, dst + i * stride, s.rows, s.cols}, nullptr));
+    }
+    K3_CU(cudaDeviceSynchronize());
+    s.ternary = dst;
+    s.ternary_row_bytes = row;
+    s.ternary_stride = stride;
+    bytes_ += stride * static_cast<size_t>(s.count);
+    return absl::OkStatus();
+  }
 
   // The direct-GEMV form of matrices of one input stacked by rows (parts[0] first), so a decode
   // step reads them in one launch: `stacked` gets rows = Σ rows, `direct` = the stacked repack and no
@@ -166,6 +190,7 @@ class Uploader {
       K3_ASSIGN_OR_RETURN(m.gate_exps, Stack(w.gate_exps));
       K3_ASSIGN_OR_RETURN(m.up_exps, Stack(w.up_exps));
       K3_ASSIGN_OR_RETURN(m.down_exps, Stack(w.down_exps));
+      for (DStack* e : {&m.gate_exps, &m.up_exps, &m.down_exps}) K3_RETURN_IF_ERROR(AddTernary(*e));
       m.has_routed_norm = w.has_routed_norm;
       if (w.has_routed_norm) { K3_ASSIGN_OR_RETURN(m.routed_norm, Vec(w.routed_norm)); }
       K3_ASSIGN_OR_RETURN(m.routed_up, Mat(w.routed_up));
@@ -209,6 +234,7 @@ class Uploader {
   DeviceArena& arena_;
   uint64_t& bytes_;
   bool direct_;
+  bool ternary_;
   uint64_t direct_bytes_ = 0;
 };
 
