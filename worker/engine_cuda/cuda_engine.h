@@ -101,7 +101,7 @@ struct CudaEngineOptions {
   // With int8_expert_x, the routed experts' IQ1_S stacks also get their ternary form (2-bit fields
   // g + 1, kernels/cuda/quant_gemv/iq1s_ternary.h), which the decode GEMVs (per pair, gate|up,
   // expert-grouped) read instead of the ggml rows: no grid lookups, the same values bit for bit
-  // (engine test TernaryExpertsChangeNoValue), 1.44x the experts' bytes per read. A second copy of
+  // (engine test TernaryExpertsChangeNoValue; not yet run on a GPU), 1.44x the experts' bytes per read. A second copy of
   // the experts (prefill's tile GEMMs still read the ggml rows): off by default.
   bool ternary_experts = false;
   // With int8_expert_x, the routed gate and up products and their activation of decode steps of
