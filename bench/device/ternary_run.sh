@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# The IQ1_S ternary form (kernels/cuda/quant_gemv/iq1s_ternary.h, CudaEngineOptions::ternary_experts)
+# on a GPU in one device call: its kernel tests, the expert GEMV kernels timed in both forms, the
+# engine's bit-equality test on the golden model, decode A/B (ggml rows vs ternary) on the
+# real-width slice, and ncu of the routed kernels in one batch-1 step. Binaries built HERE in
+# build/cuda, in two carries (one is too large for a call's 64 MiB with the golden model):
+#   here:   bash bench/device/ternary_run.sh pack tests   (-> .k3tern: the two test binaries and the
+#                                                            golden model, ~57 MB)
+#           bash bench/device/ternary_run.sh pack bench   (-> .k3tern: the two benchmarks, ~14 MB)
+#   there:  bash bench/device/ternary_run.sh tests                        (with the first carry)
+#           bash bench/device/ternary_run.sh [kernels] [decode] [ncu]     (with the second; default: all three)
+# On an 80 GB H100 the decode runs take 4 layers (the slice's 8 with both copies of the experts need
+# ~106 GB); each run's output in $OUT/<tag>.txt. A run is skipped once K3_GUARD_S seconds (default
+# 480) have passed.
+set -uo pipefail
+if [ "${1:-}" = pack ]; then
+  dir=.k3tern
+  case "${2:-}" in
+    tests) bash bench/device/pack_bins.sh $dir kernels_cuda_test engine_cuda_test
+           mkdir -p $dir/golden
+           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
+              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+    bench) bash bench/device/pack_bins.sh $dir k3_cuda_gemv_bench k3_cuda_decode_bench ;;
+    *) echo "ternary_run.sh pack tests|bench"; exit 2 ;;
+  esac
+  (cd $dir/lib && tar cJf ../libs.tar.xz ./* && rm -f ./*)  # the libraries xz-compressed
+  du -sb $dir
+  exit 0
+fi
+PHASES=${*:-kernels decode ncu}
+OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
+C=$PWD/.k3tern B=/tmp/k3tern
+[ -f $C/libs.tar.xz ] && mkdir -p $C/lib && tar xJf $C/libs.tar.xz -C $C/lib
+source "$(dirname "$0")/unpack_carry.sh"
+k3_unpack_carry "$C" "$B" || exit 1
+k3_find_missing_libs "$B"
+[ -d $C/golden ] && mkdir -p /work/shared/data && ln -sfn $C/golden /work/shared/data/golden  # the engine test's
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
+L=8; case "$GPU" in *H100*) L=4 ;; esac
+T0=$(date +%s)
+run() {  # run TAG SECONDS CMD...
+  if [ $(( $(date +%s) - T0 )) -gt "${K3_GUARD_S:-480}" ]; then echo "### $1: skipped (time)"; return; fi
+  local s=$(date +%s)
+  echo "### $1: ${*:3}"
+  timeout "$2" "${@:3}" > "$OUT/$1.txt" 2>&1
+  echo "rc=$? ($(( $(date +%s) - s )) s)"
+}
+S="--preset slice --layers $L --quant UD-IQ1_S --int8-experts"
+for phase in $PHASES; do
+  case $phase in
+    tests)
+      run kernel_tests 120 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X'
+      grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/kernel_tests.txt" | head -20
+      run engine_test 120 $B/engine_cuda_test --gtest_filter='*TernaryExperts*'
+      grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/engine_test.txt" | head ;;
+    kernels)
+      run gemv 120 $B/k3_cuda_gemv_bench --only=int8x
+      grep -E "^expert" "$OUT/gemv.txt" | cut -c1-200 ;;
+    decode)
+      for r in a b; do
+        run dec_ggml_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches 1,16,64
+        grep -E "^\| [0-9]+ \| [0-9]+ \||weights on" "$OUT/dec_ggml_$r.txt" | cut -c1-160
+        run dec_tern_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches 1,16,64 --ternary-experts
+        grep -E "^\| [0-9]+ \| [0-9]+ \||weights on" "$OUT/dec_tern_$r.txt" | cut -c1-160
+      done ;;
+    ncu)
+      M=gpu__time_duration.sum,sm__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
+      for t in ggml tern; do
+        flag=""; [ $t = tern ] && flag=--ternary-experts
+        run ncu_$t 150 ncu --profile-from-start off --clock-control none --kernel-name regex:Iq1sRows --metrics $M \
+          $B/k3_cuda_decode_bench $S --steps 4 --ctx 4096 --batches 1 --ncu-step $flag
+        grep -E "Iq1sRowsKernel|gpu__time|inst_executed|dram__|issue_active" "$OUT/ncu_$t.txt" | head -16
+      done ;;
+    *) echo "unknown phase $phase (tests, kernels, decode, ncu)"; exit 2 ;;
+  esac
+done
