@@ -19,6 +19,7 @@
 #include "kernels/quant/half.h"
 #include "kernels/quant/iq_tables.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/expert_passes.h"
 #include "tests/cuda/quant_random.h"
 
 namespace k3::cuda::testing {
@@ -226,24 +227,13 @@ void RunGrouped(int64_t rows, int64_t cols, int64_t n_pool, int64_t n_groups, in
   std::mt19937_64 rng(seed);
   const Pools gate = MakePools(rows, cols, n_pool, rng);
   const Pools up = MakePools(rows, cols, n_pool, rng);
-  std::vector<int32_t> x_rows, pass_mat, pass_row0, pass_n;
-  for (int64_t gi = 0; gi < n_groups; ++gi) {
-    const int32_t mat = static_cast<int32_t>(rng() % n_pool);
-    const int n = 1 + static_cast<int>(rng() % 5);
-    const int32_t p0 = static_cast<int32_t>(x_rows.size());
-    for (int r = 0; r < n; r += kQuantGemvPassRows) {
-      pass_mat.push_back(mat);
-      pass_row0.push_back(p0 + r);
-      pass_n.push_back(std::min(kQuantGemvPassRows, n - r));
-    }
-    for (int r = 0; r < n; ++r) x_rows.push_back(static_cast<int32_t>(rng() % n_x));
-  }
-  const int64_t n_pos = static_cast<int64_t>(x_rows.size()), n_passes = static_cast<int64_t>(pass_mat.size());
+  const ExpertPasses ep = RandomExpertPasses(n_pool, n_groups, n_x, 5, rng);
+  const int64_t n_pos = static_cast<int64_t>(ep.x_rows.size()), n_passes = static_cast<int64_t>(ep.pass_mat.size());
   const int64_t x_stride = cols + 4, y_stride = rows + 3;
   const std::vector<float> x = Normal(rng, n_x * x_stride, 0.0, 0.5);
   DeviceBuffer<uint8_t> d_gg(gate.ggml), d_gt(gate.ternary), d_ug(up.ggml), d_ut(up.ternary);
   DeviceBuffer<float> d_x(x);
-  DeviceBuffer<int32_t> d_x_rows(x_rows), d_mat(pass_mat), d_row0(pass_row0), d_n(pass_n);
+  DeviceBuffer<int32_t> d_x_rows(ep.x_rows), d_mat(ep.pass_mat), d_row0(ep.pass_row0), d_n(ep.pass_n);
   DeviceBuffer<int32_t> d_count(std::vector<int32_t>{static_cast<int32_t>(n_passes)});
   const size_t y_floats = static_cast<size_t>(n_pos * y_stride);
   DeviceBuffer<float> d_yg(y_floats), d_yt(y_floats);

@@ -22,6 +22,7 @@
 #include "kernels/quant/half.h"
 #include "kernels/quant/iq_tables.h"
 #include "tests/cuda/cuda_test_util.h"
+#include "tests/cuda/expert_passes.h"
 #include "tests/cuda/quant_random.h"
 
 namespace k3::cuda::testing {
@@ -444,32 +445,18 @@ void RunGrouped(const GroupedCase& c, uint64_t seed) {
   const std::vector<uint8_t>& gate = pools.gate;
   const std::vector<uint8_t>& up = pools.up;
   // groups (a matrix, 1..max_group positions), cut into passes; a position's x row at random
-  std::vector<int32_t> pos_mat, x_rows, pass_mat, pass_row0, pass_n;
-  for (int64_t gi = 0; gi < c.n_groups; ++gi) {
-    const int32_t mat = static_cast<int32_t>(rng() % c.n_pool);
-    const int n = 1 + static_cast<int>(rng() % c.max_group);
-    const int32_t p0 = static_cast<int32_t>(pos_mat.size());
-    for (int r = 0; r < n; r += kQuantGemvPassRows) {
-      pass_mat.push_back(mat);
-      pass_row0.push_back(p0 + r);
-      pass_n.push_back(std::min(kQuantGemvPassRows, n - r));
-    }
-    for (int r = 0; r < n; ++r) {
-      pos_mat.push_back(mat);
-      x_rows.push_back(static_cast<int32_t>(rng() % c.n_x));
-    }
-  }
-  const int64_t n_pos = static_cast<int64_t>(pos_mat.size()), n_passes = static_cast<int64_t>(pass_mat.size());
+  const ExpertPasses ep = RandomExpertPasses(c.n_pool, c.n_groups, c.n_x, c.max_group, rng);
+  const int64_t n_pos = static_cast<int64_t>(ep.pos_mat.size()), n_passes = static_cast<int64_t>(ep.pass_mat.size());
   const int64_t x_stride = c.cols + 4, y_stride = c.rows + 3;
   const std::vector<float> x = Normal(rng, c.n_x * x_stride, 0.0, 0.5);
   std::vector<float> xe(n_pos * x_stride);  // the per-pair launches' copy of x per position
   for (int64_t p = 0; p < n_pos; ++p) {
-    std::copy_n(x.begin() + x_rows[p] * x_stride, x_stride, xe.begin() + p * x_stride);
+    std::copy_n(x.begin() + ep.x_rows[p] * x_stride, x_stride, xe.begin() + p * x_stride);
   }
   DeviceBuffer<uint8_t> d_gate(gate), d_up(up);
   DeviceBuffer<float> d_x(x), d_xe(xe);
-  DeviceBuffer<int32_t> d_pos_mat(pos_mat), d_x_rows(x_rows), d_pass_mat(pass_mat), d_pass_row0(pass_row0),
-      d_pass_n(pass_n);
+  DeviceBuffer<int32_t> d_pos_mat(ep.pos_mat), d_x_rows(ep.x_rows), d_pass_mat(ep.pass_mat), d_pass_row0(ep.pass_row0),
+      d_pass_n(ep.pass_n);
   DeviceBuffer<int32_t> d_count(std::vector<int32_t>{static_cast<int32_t>(n_passes)});
   const size_t y_floats = static_cast<size_t>(n_pos * y_stride);
   DeviceBuffer<float> d_want(y_floats), d_got(y_floats), d_u(y_floats);

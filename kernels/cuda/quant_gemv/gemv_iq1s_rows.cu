@@ -177,6 +177,17 @@ __device__ __forceinline__ void StoreXBlock(const float4& a, const float4& b, in
   __syncwarp();
 }
 
+// One token's x words of sub-block ib (StoreXBlock's layout at xt): a = int8 x 0-15, b = 16-31,
+// c = -Σq, sx, Σx/8, 0.
+struct XSub {
+  uint4 a, b, c;
+};
+__device__ __forceinline__ XSub LoadXSub(const uint32_t* xt, int ib) {
+  const uint32_t* const p = xt + kXWords * ib;
+  return {*reinterpret_cast<const uint4*>(p), *reinterpret_cast<const uint4*>(p + 4),
+          *reinterpret_cast<const uint4*>(p + 8)};
+}
+
 // One row's sub-block ib as read from its block: the four grid entries (biased nibbles) and qh.
 struct SubWeights {
   uint32_t e0, e1, e2, e3, qh;
@@ -194,6 +205,15 @@ __device__ __forceinline__ SubWeights DecodeSub(const uint32_t (&wd)[kBlockWords
           LdsGrid(tab_lane + (__byte_perm(qs, h23, 0x7653u) << kEntryShift)), qh};
 }
 
+// The sub-block's term from its integer Σ_j g_j·q_j (si), the top bits of its qh (ls in bits 12-14,
+// δ's sign in bit 15; higher bits ignored), the block's d and x's words xc: dl·(sx·si + δ·Σx), added
+// to acc. Both forms of the rows end here: their outputs are the same bits.
+__device__ __forceinline__ float SubTerm(int si, uint32_t qh, float d, const uint4& xc, float acc) {
+  const float dxs = __uint_as_float(xc.z ^ ((qh & 0x8000u) << 16));  // δ·Σx, δ = ±1/8
+  const float dl = d * static_cast<float>(static_cast<int>(((qh >> 11) & 0xeu) | 1u));  // d·(2·ls + 1)
+  return fmaf(dl, fmaf(__uint_as_float(xc.y), static_cast<float>(si), dxs), acc);
+}
+
 // The row's term of the sub-block with x's words xa, xb, xc: dl·(sx·Σ_j g_j·q_j + δ·Σx), added to acc.
 __device__ __forceinline__ float DotSub(const SubWeights& w, float d, const uint4& xa, const uint4& xb,
                                         const uint4& xc, float acc) {
@@ -207,10 +227,7 @@ __device__ __forceinline__ float DotSub(const SubWeights& w, float d, const uint
   hi = __dp4a(static_cast<int>(w.e2 & 0xf0f0f0f0u), static_cast<int>(xb.y), hi);
   lo = __dp4a(static_cast<int>(w.e3 & 0x0f0f0f0fu), static_cast<int>(xb.z), lo);
   hi = __dp4a(static_cast<int>(w.e3 & 0xf0f0f0f0u), static_cast<int>(xb.w), hi);
-  const int si = lo + (hi >> 4);  // Σ g·q, exact (hi is a multiple of 16)
-  const float dxs = __uint_as_float(xc.z ^ ((w.qh & 0x8000u) << 16));  // δ·Σx, δ = ±1/8
-  const float dl = d * static_cast<float>(static_cast<int>(((w.qh >> 11) & 0xeu) | 1u));  // d·(2·ls + 1)
-  return fmaf(dl, fmaf(__uint_as_float(xc.y), static_cast<float>(si), dxs), acc);
+  return SubTerm(lo + (hi >> 4), w.qh, d, xc, acc);  // Σ g·q exact: hi is a multiple of 16
 }
 
 // Both rows of this lane over the block (8 sub-blocks in order) for kTok tokens (x of token t at
@@ -230,12 +247,9 @@ __device__ __forceinline__ void RowPair(const uint32_t* src0, const uint32_t* sr
     const SubWeights s0 = DecodeSub<kShift>(w0, ib, tab_lane), s1 = DecodeSub<kShift>(w1, ib, tab_lane);
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
-      const uint32_t* const xt = xq + t * x_tok_words + kXWords * ib;
-      const uint4 xa = *reinterpret_cast<const uint4*>(xt);
-      const uint4 xb = *reinterpret_cast<const uint4*>(xt + 4);
-      const uint4 xc = *reinterpret_cast<const uint4*>(xt + 8);
-      acc[t][0] = DotSub(s0, d0, xa, xb, xc, acc[t][0]);
-      acc[t][1] = DotSub(s1, d1, xa, xb, xc, acc[t][1]);
+      const XSub x = LoadXSub(xq + t * x_tok_words, ib);
+      acc[t][0] = DotSub(s0, d0, x.a, x.b, x.c, acc[t][0]);
+      acc[t][1] = DotSub(s1, d1, x.a, x.b, x.c, acc[t][1]);
     }
   }
 }
@@ -247,7 +261,8 @@ __device__ __forceinline__ int Dp4aUS(uint32_t a, uint32_t b, int c) {
   return d;
 }
 
-// DotSub for a ternary sub-block: t = its two trit words, nib = its qh >> 12, d the block's scale.
+// DotSub for a ternary sub-block: t = its two trit words, nib = its qh >> 12 (in bits 0-3; higher
+// bits ignored), d the block's scale.
 // Chain i collects the bytes masked by 0x03030303 << 2i, i.e. 4^i·(g + 1) of weights 4i .. 4i + 3
 // of each word (x words xa.i and xb.i); the chains are exact multiples of 4^i, so shifting them
 // back gives Σ(g + 1)·q exactly, and chain 0 starts at -Σq: si is DotSub's Σ g·q.
@@ -262,10 +277,7 @@ __device__ __forceinline__ float DotSubTernary(const uint2& t, uint32_t nib, flo
   c1 = Dp4aUS(t.y & 0x0c0c0c0cu, xb.y, c1);
   c2 = Dp4aUS(t.y & 0x30303030u, xb.z, c2);
   c3 = Dp4aUS(t.y & 0xc0c0c0c0u, xb.w, c3);
-  const int si = c0 + (c1 >> 2) + (c2 >> 4) + (c3 >> 6);  // exact: c_i is a multiple of 4^i
-  const float dxs = __uint_as_float(xc.z ^ ((nib & 8u) << 28));  // δ·Σx, δ = ±1/8
-  const float dl = d * static_cast<float>(static_cast<int>(((nib & 7u) << 1) | 1u));  // d·(2·ls + 1)
-  return fmaf(dl, fmaf(__uint_as_float(xc.y), static_cast<float>(si), dxs), acc);
+  return SubTerm(c0 + (c1 >> 2) + (c2 >> 4) + (c3 >> 6), nib << 12, d, xc, acc);  // exact: c_i is a multiple of 4^i
 }
 
 // RowPair for ternary rows: src0, src1 = the two rows' 72-byte blocks (8-byte aligned).
@@ -283,12 +295,9 @@ __device__ __forceinline__ void RowPairTernary(const uint32_t* src0, const uint3
     const uint32_t n0 = m0.x >> (4 * ib), n1 = m1.x >> (4 * ib);
 #pragma unroll
     for (int t = 0; t < kTok; ++t) {
-      const uint32_t* const xt = xq + t * x_tok_words + kXWords * ib;
-      const uint4 xa = *reinterpret_cast<const uint4*>(xt);
-      const uint4 xb = *reinterpret_cast<const uint4*>(xt + 4);
-      const uint4 xc = *reinterpret_cast<const uint4*>(xt + 8);
-      acc[t][0] = DotSubTernary(t0, n0, d0, xa, xb, xc, acc[t][0]);
-      acc[t][1] = DotSubTernary(t1, n1, d1, xa, xb, xc, acc[t][1]);
+      const XSub x = LoadXSub(xq + t * x_tok_words, ib);
+      acc[t][0] = DotSubTernary(t0, n0, d0, x.a, x.b, x.c, acc[t][0]);
+      acc[t][1] = DotSubTernary(t1, n1, d1, x.a, x.b, x.c, acc[t][1]);
     }
   }
 }
