@@ -4,6 +4,7 @@
 # (BINS=k3_cuda_decode_bench; carry .k3carry).
 #   bash bench/device/decode_profile.sh [batch] [ctx]        (default 1 4096)
 #   K3_BENCH_EXTRA=--int8-experts bash bench/device/decode_profile.sh     (more bench flags)
+#   K3_LAYERS=4 bash bench/device/decode_profile.sh                      (fewer layers: an 80 GB card)
 #   K3_PREFILL=4096 bash bench/device/decode_profile.sh                     (a prefill instead)
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -18,7 +19,7 @@ CTX=${2:-4096}
 if [ -n "${K3_PREFILL:-}" ]; then
   WHAT="--layers 4 --batches 0 --prefill $K3_PREFILL --chunk $K3_PREFILL --ncu-prefill"
 else
-  WHAT="--layers 8 --ctx $CTX --batches $BATCH --steps 2 --ncu-step"
+  WHAT="--layers ${K3_LAYERS:-8} --ctx $CTX --batches $BATCH --steps 2 --ncu-step"
 fi
 # K3_NCU_WHAT: what ncu collects (default the SpeedOfLight section, ~10 replays per kernel;
 # "--metrics gpu__time_duration.sum" times each kernel in one pass), plus e.g. "--launch-count 200".

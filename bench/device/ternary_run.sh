@@ -7,8 +7,11 @@
 #   here:   bash bench/device/ternary_run.sh pack tests   (-> .k3tern: the two test binaries and the
 #                                                            golden model, ~57 MB)
 #           bash bench/device/ternary_run.sh pack bench   (-> .k3tern: the two benchmarks, ~14 MB)
+#           bash bench/device/ternary_run.sh pack one     (-> .k3tern: the engine test, the golden model
+#                                                            and the two benchmarks, ~60 MB: one call)
 #   there:  bash bench/device/ternary_run.sh tests                        (with the first carry)
-#           bash bench/device/ternary_run.sh [kernels] [decode] [ncu]     (with the second; default: all three)
+#           bash bench/device/ternary_run.sh [kernels] [decode] [ncu] [profile]  (with the second;
+#                                                            default: the first three)
 # On an 80 GB H100 the decode runs take 4 layers (the slice's 8 with both copies of the experts need
 # ~106 GB); each run's output in $OUT/<tag>.txt. A run is skipped once K3_GUARD_S seconds (default
 # 480) have passed.
@@ -21,7 +24,11 @@ if [ "${1:-}" = pack ]; then
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
     bench) bash bench/device/pack_bins.sh $dir k3_cuda_gemv_bench k3_cuda_decode_bench ;;
-    *) echo "ternary_run.sh pack tests|bench"; exit 2 ;;
+    one)   bash bench/device/pack_bins.sh $dir engine_cuda_test k3_cuda_gemv_bench k3_cuda_decode_bench
+           mkdir -p $dir/golden
+           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
+              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+    *) echo "ternary_run.sh pack tests|bench|one"; exit 2 ;;
   esac
   (cd $dir/lib && tar cJf ../libs.tar.xz ./* && rm -f ./*)  # the libraries xz-compressed
   du -sb $dir
@@ -49,8 +56,10 @@ S="--preset slice --layers $L --quant UD-IQ1_S --int8-experts"
 for phase in $PHASES; do
   case $phase in
     tests)
-      run kernel_tests 120 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X'
-      grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/kernel_tests.txt" | head -20
+      if [ -x $B/kernels_cuda_test ]; then
+        run kernel_tests 120 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X'
+        grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/kernel_tests.txt" | head -20
+      fi
       run engine_test 120 $B/engine_cuda_test --gtest_filter='*TernaryExperts*'
       grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/engine_test.txt" | head ;;
     kernels)
@@ -71,6 +80,12 @@ for phase in $PHASES; do
           $B/k3_cuda_decode_bench $S --steps 4 --ctx 4096 --batches 1 --ncu-step $flag
         grep -E "Iq1sRowsKernel|gpu__time|inst_executed|dram__|issue_active" "$OUT/ncu_$t.txt" | head -16
       done ;;
-    *) echo "unknown phase $phase (tests, kernels, decode, ncu)"; exit 2 ;;
+    engine_all)  # the whole engine test (the golden model's every path), where time is left
+      run engine_all 240 $B/engine_cuda_test
+      grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|OK \]" "$OUT/engine_all.txt" | cut -c1-160 | head -40 ;;
+    profile)  # every kernel of one batch-1 step, ternary experts on: what is left to rank
+      K3_CARRY=.k3tern K3_LAYERS=$L K3_NCU_WHAT="--metrics gpu__time_duration.sum" \
+        K3_BENCH_EXTRA="--int8-experts --ternary-experts" timeout 200 bash "$(dirname "$0")/decode_profile.sh" 1 4096 | head -45 ;;
+    *) echo "unknown phase $phase (tests, kernels, decode, ncu, profile, engine_all)"; exit 2 ;;
   esac
 done
