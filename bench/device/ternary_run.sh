@@ -9,6 +9,8 @@
 #           bash bench/device/ternary_run.sh pack bench   (-> .k3tern: the two benchmarks, ~14 MB)
 #           bash bench/device/ternary_run.sh pack one     (-> .k3tern: the engine test, the golden model
 #                                                            and the two benchmarks, ~60 MB: one call)
+#           bash bench/device/ternary_run.sh pack onek    (-> .k3tern: both tests, the golden model and
+#                                                            the decode bench, ~63 MB: one call, no gemv bench)
 #   there:  bash bench/device/ternary_run.sh tests                        (with the first carry)
 #           bash bench/device/ternary_run.sh [kernels] [decode] [ncu] [profile]  (with the second;
 #                                                            default: the first three)
@@ -28,7 +30,11 @@ if [ "${1:-}" = pack ]; then
            mkdir -p $dir/golden
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
-    *) echo "ternary_run.sh pack tests|bench|one"; exit 2 ;;
+    onek)  bash bench/device/pack_bins.sh $dir kernels_cuda_test engine_cuda_test k3_cuda_decode_bench
+           mkdir -p $dir/golden
+           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
+              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+    *) echo "ternary_run.sh pack tests|bench|one|onek"; exit 2 ;;
   esac
   (cd $dir/lib && tar cJf ../libs.tar.xz ./* && rm -f ./*)  # the libraries xz-compressed
   du -sb $dir
@@ -57,12 +63,13 @@ for phase in $PHASES; do
   case $phase in
     tests)
       if [ -x $B/kernels_cuda_test ]; then
-        run kernel_tests 120 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X'
+        run kernel_tests 150 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X:QuantGemmTest.Iq1s*:QuantGemmTest.RejectsBadArguments'
         grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/kernel_tests.txt" | head -20
       fi
       run engine_test 120 $B/engine_cuda_test --gtest_filter='*TernaryExperts*'
       grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/engine_test.txt" | head ;;
     kernels)
+      [ -x $B/k3_cuda_gemv_bench ] || { echo "### gemv: not carried"; continue; }
       run gemv 120 $B/k3_cuda_gemv_bench --only=int8x
       grep -E "^expert" "$OUT/gemv.txt" | cut -c1-200 ;;
     decode)

@@ -34,6 +34,7 @@
 #include "kernels/cuda/activation/activation.h"
 #include "kernels/cuda/quant_gemm/blas_gemm.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 #include "kernels/quant/dequantize.h"
 #include "kernels/quant/dot.h"
 #include "kernels/quant/half.h"
@@ -129,15 +130,28 @@ constexpr float kSituBeta = 4.0f, kSituLambda = 25.0f;
 
 // The knobs of QuantGemmParams that must not change any result.
 // (wgmma = false keeps IQ1_S on the mma.sync kernel: the same products summed in another order.)
+// ternary: the IQ1_S weights passed in their ternary form (iq1s_ternary, converted on the host).
 struct Knobs {
   bool generic_decode = false;
   int32_t token_tile = 0;
   bool wgmma = true;
+  bool ternary = false;
   std::string Name() const {
     return std::string(generic_decode ? " generic-decode" : "") +
-           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string()) + (wgmma ? "" : " mma.sync");
+           (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string()) + (wgmma ? "" : " mma.sync") +
+           (ternary ? " ternary" : "");
   }
 };
+
+// n_mats IQ1_S matrices of rows x cols (matrix m at m·stride of `mats`) in the ternary form, each
+// at m·(*t_stride) of the result: rows·Iq1sTernaryRowBytes(cols) rounded up to 256 bytes.
+std::vector<uint8_t> TernaryMatrices(const std::vector<uint8_t>& mats, int64_t n_mats, size_t stride, int64_t rows,
+                                     int64_t cols, size_t* t_stride) {
+  *t_stride = static_cast<size_t>((rows * Iq1sTernaryRowBytes(cols) + 255) / 256 * 256);
+  std::vector<uint8_t> out(*t_stride * n_mats);
+  for (int64_t m = 0; m < n_mats; ++m) Iq1sToTernaryHost(mats.data() + m * stride, rows, cols, out.data() + m * *t_stride);
+  return out;
+}
 
 // Counts the elements whose bits differ; `zero_sign` those that are +0 against -0.
 struct BitDiff {
@@ -182,7 +196,12 @@ struct BlasHandle {
 // (empty after a failed launch). With `up`: QuantGemmGateUpSitu of w (gate) and up instead.
 std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w, const std::vector<float>& x,
                                int64_t x_stride, int64_t y_stride, const std::vector<uint8_t>* up = nullptr) {
-  DeviceBuffer<uint8_t> d_w(w), d_up(up != nullptr ? *up : std::vector<uint8_t>(16));
+  const bool ternary = c.knobs.ternary;
+  size_t ts = 0;
+  auto form = [&](const std::vector<uint8_t>& m) {
+    return ternary ? TernaryMatrices(m, 1, 0, c.rows, c.cols, &ts) : m;
+  };
+  DeviceBuffer<uint8_t> d_w(form(w)), d_up(up != nullptr ? form(*up) : std::vector<uint8_t>(16));
   DeviceBuffer<float> d_x(x);
   DeviceBuffer<float> d_y(static_cast<size_t>(std::max<int64_t>(c.n_tokens, 1) * y_stride));
   d_y.Poison();
@@ -191,7 +210,8 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
   p.weight = d_w.get();
   p.rows = c.rows;
   p.cols = c.cols;
-  p.row_bytes = RowBytes(c.type, c.cols);
+  p.row_bytes = ternary ? static_cast<size_t>(Iq1sTernaryRowBytes(c.cols)) : RowBytes(c.type, c.cols);
+  p.iq1s_ternary = ternary;
   p.x = d_x.get();
   p.x_stride = x_stride;
   p.y = d_y.get();
@@ -374,7 +394,12 @@ GroupedInputs MakeGroupedInputs(const GroupedCase& c, uint64_t seed) {
 std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in,
                                  const std::vector<uint8_t>* up = nullptr, std::vector<uint16_t>* y_half = nullptr,
                                  const std::vector<uint16_t>* x_half = nullptr) {
-  DeviceBuffer<uint8_t> d_w(in.pool), d_up(up != nullptr ? *up : std::vector<uint8_t>(16));
+  const bool ternary = c.knobs.ternary;
+  size_t stride = in.mat_stride;
+  auto form = [&](const std::vector<uint8_t>& pool) {
+    return ternary ? TernaryMatrices(pool, in.n_mats, in.mat_stride, c.rows, c.cols, &stride) : pool;
+  };
+  DeviceBuffer<uint8_t> d_w(form(in.pool)), d_up(up != nullptr ? form(*up) : std::vector<uint8_t>(16));
   DeviceBuffer<uint16_t> d_yh(y_half != nullptr ? static_cast<size_t>(c.n_tokens_bound * c.rows) : 0);
   DeviceBuffer<uint16_t> d_xh(x_half != nullptr ? *x_half : std::vector<uint16_t>());
   DeviceBuffer<float> d_x(in.x);
@@ -386,8 +411,9 @@ std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in,
   p.weight = d_w.get();
   p.rows = c.rows;
   p.cols = c.cols;
-  p.row_bytes = RowBytes(c.type, c.cols);
-  p.mat_stride_bytes = static_cast<int64_t>(in.mat_stride);
+  p.row_bytes = ternary ? static_cast<size_t>(Iq1sTernaryRowBytes(c.cols)) : RowBytes(c.type, c.cols);
+  p.iq1s_ternary = ternary;
+  p.mat_stride_bytes = static_cast<int64_t>(stride);
   p.mat_ids = c.n_pool > 0 ? d_ids.get() : nullptr;
   p.x = d_x.get();
   p.x_stride = in.x_stride;
@@ -760,6 +786,57 @@ TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
   }
 }
 
+// The wgmma kernel on the ternary form (iq1s_ternary) gives the ggml rows' outputs bit for bit
+// (the same f16 weights into the same wgmma sequence): grouped over uneven experts at the K3 widths,
+// gate (3584 -> 3072) and down (3072 -> 3584), a partial row tile (200 rows), the fused gate|up
+// launch in f32 and in f16 (y_half), and plain products with partial row and token tiles, whose
+// row offsets alternate between 16-byte aligned and not (odd 8-byte words per row).
+TEST(QuantGemmTest, Iq1sTernaryFormIsTheGgmlRowsBitForBit) {
+  K3_REQUIRE_GPU();
+  QuantGemmParams probe{};  // no shape: rows 0
+  probe.type = GgmlType::kIQ1_S;
+  if (!QuantGemmTakesTernary(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
+  auto expect_same = [](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
+    ASSERT_FALSE(got.empty() || want.empty()) << what;
+    const BitDiff d = CompareBits(got, want);
+    EXPECT_TRUE(d.differ == 0 && d.zero_sign == 0)
+        << what << ": " << d.differ << " outputs differ (first at " << d.first << "), " << d.zero_sign
+        << " in the sign of zero";
+  };
+  std::mt19937_64 rng(81);
+  std::vector<int32_t> off, xr;
+  RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
+  const Knobs tern{false, 0, true, true};
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{3072, 3584}, {3584, 3072}, {200, 3584}}) {
+    GroupedCase g{GgmlType::kIQ1_S, rows, cols, 1024, off, xr, 1024 * 16 + 3, 16, false};
+    const GroupedInputs in = MakeGroupedInputs(g, 82 + rows), in_up = MakeGroupedInputs(g, 83 + rows);
+    const std::vector<float> want = LaunchGrouped(g, in);
+    std::vector<uint16_t> want_half, got_half;
+    const std::vector<float> want_fused = LaunchGrouped(g, in, &in_up.pool);
+    const bool half = rows % 128 == 0;  // y_half takes whole permutation windows
+    if (half) LaunchGrouped(g, in, &in_up.pool, &want_half);
+    g.knobs = tern;
+    expect_same(LaunchGrouped(g, in), want, GroupedName(g));
+    expect_same(LaunchGrouped(g, in, &in_up.pool), want_fused, GroupedName(g) + " gate|up");
+    if (half) {
+      LaunchGrouped(g, in, &in_up.pool, &got_half);
+      EXPECT_TRUE(!got_half.empty() && got_half == want_half) << GroupedName(g) << " gate|up, f16 output";
+    }
+  }
+  std::mt19937_64 prng(85);
+  for (const auto& [rows, cols, tokens] : {std::tuple<int64_t, int64_t, int64_t>{4168, 512, 1100}, {200, 3584, 37}}) {
+    PlainCase c{GgmlType::kIQ1_S, rows, cols, tokens};
+    const std::vector<uint8_t> w = RandomQuantRows(c.type, c.rows, c.cols, prng);
+    const std::vector<uint8_t> wu = RandomQuantRows(c.type, c.rows, c.cols, prng);
+    const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
+    const std::vector<float> want = LaunchPlain(c, w, x, c.cols, c.rows);
+    const std::vector<float> want_fused = LaunchPlain(c, w, x, c.cols, c.rows, &wu);
+    c.knobs = tern;
+    expect_same(LaunchPlain(c, w, x, c.cols, c.rows), want, PlainName(c));
+    expect_same(LaunchPlain(c, w, x, c.cols, c.rows, &wu), want_fused, PlainName(c) + " gate|up");
+  }
+}
+
 TEST(QuantGemmTest, GraphCaptureAndReplay) {
   K3_REQUIRE_GPU();
   std::mt19937_64 rng(31);
@@ -983,10 +1060,35 @@ TEST(QuantGemmTest, RejectsBadArguments) {
   bad.split_x = true;
   EXPECT_EQ(QuantGemmWorkspaceBytes(bad), 2048u);
   bad = p;
+  bad.iq1s_ternary = true;  // the ternary form of a type that has none
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  bad = p;
   bad.n_tokens = 0;  // nothing to do
   EXPECT_EQ(QuantGemm(bad, nullptr), cudaSuccess);
   EXPECT_TRUE(QuantGemmSupports(GgmlType::kIQ1_S));
   EXPECT_FALSE(QuantGemmSupports(GgmlType::kQ8_K));
+
+  // IQ1_S in the ternary form: its row bytes, and only where the wgmma kernel runs it
+  QuantGemmParams t = p;
+  t.type = GgmlType::kIQ1_S;
+  t.row_bytes = static_cast<size_t>(Iq1sTernaryRowBytes(256));  // 72 + 8 (one block: odd 8-byte words)
+  t.iq1s_ternary = true;
+  if (QuantGemmTakesTernary(t)) {
+    EXPECT_EQ(QuantGemm(t, nullptr), cudaSuccess);
+    K3_ASSERT_CUDA(cudaDeviceSynchronize());
+  }
+  bad = t;
+  bad.row_bytes = 50;  // the ggml rows' size
+  EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue);
+  for (int knob = 0; knob < 4; ++knob) {  // each keeps the product off the wgmma kernel
+    bad = t;
+    bad.wgmma = knob != 0;
+    bad.split_x = knob == 1;
+    bad.generic_decode = knob == 2;
+    bad.token_tile = knob == 3 ? 64 : 0;
+    EXPECT_FALSE(QuantGemmTakesTernary(bad)) << knob;
+    EXPECT_EQ(QuantGemm(bad, nullptr), cudaErrorInvalidValue) << knob;
+  }
 }
 
 }  // namespace

@@ -258,10 +258,13 @@ __device__ __forceinline__ IqTables StageGemmTables(uint8_t* smem) {
 struct Iq1sGroupF16 {
   uint32_t qh, qs;      // the group's high index bits (with K and δ's sign) and its 4 low index bytes
   __half2 d2, k2, kd2;  // d, K and K·δ in both halves
-  __device__ __forceinline__ Iq1sGroupF16(const uint8_t* blk, int ib, bool valid = true) {
-    qh = qgemv::Ld16(blk + 34 + 2 * ib);
-    qs = qgemv::Ld32(blk + 2 + 4 * ib);
-    d2 = AsHalf2(valid ? qgemv::Ld16(blk) * 0x10001u : 0u);
+  __device__ __forceinline__ Iq1sGroupF16(const uint8_t* blk, int ib, bool valid = true)
+      : Iq1sGroupF16(qgemv::Ld16(blk + 34 + 2 * ib), qgemv::Ld32(blk + 2 + 4 * ib), qgemv::Ld16(blk), valid) {}
+  // From the fields themselves (qh_bits: the group's 16 qh bits, d_bits: the block's f16 d), as the
+  // ternary form stores them (its qh nibble is qh_bits >> 12; qs then unused).
+  __device__ __forceinline__ Iq1sGroupF16(uint32_t qh_bits, uint32_t qs_bits, uint32_t d_bits, bool valid)
+      : qh(qh_bits), qs(qs_bits) {
+    d2 = AsHalf2(valid ? d_bits * 0x10001u : 0u);
     k2 = __float2half2_rn(static_cast<float>(2 * ((qh >> 12) & 7u) + 1));  // K, exact
     kd2 = __hmul2(k2, AsHalf2((0x3000u | (qh & 0x8000u)) * 0x10001u));     // K·(±1/8), exact
   }
@@ -627,7 +630,8 @@ __host__ __device__ __forceinline__ int64_t WgmmaXColumn(int64_t c) {
 }
 // gate_up: the fused gate|up form (a.w_up set): 64 rows of gate and the same 64 of up per tile,
 // a.row_tiles = ceil(rows / 64), y = situ(gate, up).
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream);
+// ternary: a.w (and a.w_up) hold the ternary form (quant_gemv/iq1s_ternary.h), a.row_bytes its rows'.
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, bool ternary, cudaStream_t stream);
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream

@@ -23,6 +23,11 @@
 // shared memory and all 8 warps write situ(gate, up): one launch, one output, no activation pass.
 // The grid is persistent (a block per SM, looping over the tiles), so the selector table is staged
 // once per block and empty tiles cost no block launch.
+// Ternary form (kTernary; quant_gemv/iq1s_ternary.h, the decode GEMV's 2-bit fields g + 1, 72 bytes
+// per block): the same three f16 values per group from the same d, K and δ, each weight's PRMT
+// selector made from its field by one IMAD instead of a grid lookup (DecodeTernaryGroup), so the
+// same A fragments and the same sums, bit for bit; no grid staged; a raw chunk (one 72-byte block,
+// 8-byte aligned) takes five 16-byte pieces, copied at 8 lanes a row in four passes of a tile.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -33,6 +38,7 @@
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/quant_gemm/gemm_impl.cuh"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 #include "kernels/cuda/wgmma_ptx.cuh"
 
 namespace k3::cuda::qgemm {
@@ -212,6 +218,33 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool
   }
 }
 
+// The same 16 pairs from group ib of a block in the ternary form at `blk` (shared, 8-byte aligned):
+// trit words 2ib and 2ib + 1 hold the group's weights, weight 16j + 4i + m of the block in byte m,
+// bits 2i, 2i + 1 of word j as t = g + 1, so pair 4l + j (weights 8l + 2j, 8l + 2j + 1: bytes m =
+// 2(j % 2), + 1 of word l / 2 at i = 2(l % 2) + j / 2) is one mask away. With lo' = w(-1)|w(0) and
+// hi' = w(+1) (PRMT(hi, lo, 0x5410) and hi >> 16 of DecodeIq1sGroup's registers: the same f16
+// values), value t sits at byte pair (2t, 2t + 1), whose selector byte is 0x10 + 0x22·t: one IMAD
+// per 4 weights gives their 4 selector bytes, the low two for m = 0, 1 and the high two for 2, 3.
+__device__ __forceinline__ void DecodeTernaryGroup(const uint8_t* blk, int ib, bool valid, uint32_t (&pairs)[16]) {
+  const uint2 trits = *reinterpret_cast<const uint2*>(blk + 8 * ib);
+  const uint2 hd = *reinterpret_cast<const uint2*>(blk + 64);  // the qh nibbles, then d
+  const Iq1sGroupF16 q(((hd.x >> (4 * ib)) & 15u) << 12, 0u, hd.y & 0xffffu, valid);
+  const uint32_t lo = AsU32(__hmul2(q.kd2, q.d2));                                       // w(0), w(0)
+  const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), q.k2, q.kd2), q.d2));  // w(-1), w(+1)
+  const uint32_t lo2 = Prmt(hi, lo, 0x5410u), hi2 = hi >> 16;  // w(-1)|w(0), w(+1)
+#pragma unroll
+  for (int l = 0; l < 4; ++l) {
+    const uint32_t word = l < 2 ? trits.x : trits.y;
+#pragma unroll
+    for (int jj = 0; jj < 2; ++jj) {
+      const int i = 2 * (l % 2) + jj;
+      const uint32_t sel = ((word >> (2 * i)) & 0x03030303u) * 0x22u + 0x10101010u;
+      pairs[4 * l + 2 * jj] = Prmt(lo2, hi2, sel);
+      pairs[4 * l + 2 * jj + 1] = Prmt(lo2, hi2, sel >> 16);
+    }
+  }
+}
+
 // The raw chunk copies of a tile (RawChunkCopy's, gemm_impl.cuh, for IQ1_S's one block per chunk)
 // with 32-bit offsets inside the matrix (GemmLaunchIq1sWgmma takes matrices of < 2^31 bytes): a
 // thread's two rows (passes) and their offsets are fixed for the tile, so a chunk costs each pass
@@ -220,28 +253,35 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool
 // copied whole, 16 bytes, the next block's bytes included (only the matrix's end clamps it): the
 // decode reads only the chunk's 50 bytes, and pieces cut at the chunk's end cost the L1 ~3.5x their
 // ideal wavefronts (Nsight Compute: 28 per copy instruction against 8; whole pieces, -3% time).
-template <bool kGateUp>
+// kTernary: 72-byte blocks, 8-byte aligned: five pieces, at 8 lanes a row (lanes 5-7 copy nothing:
+// their pieces would be the next row's), so four passes of 32 rows.
+template <bool kGateUp, bool kTernary>
 struct Iq1sChunkCopy {
-  static constexpr int kPieces = G::kLanesPerRow, kRowsPerPass = 32 / kPieces, kPassRows = 8 * kRowsPerPass;
-  static_assert(kBM == 2 * kPassRows, "two passes of rows per tile");
-  const uint8_t* base[2];  // the pass's matrix (kGateUp: pass 1 is the up matrix)
-  uint32_t row_off[2];     // the row's byte offset in its matrix
-  uint32_t dst[2];         // the piece's shared offset in a stage
+  static constexpr int kBlockBytes = kTernary ? static_cast<int>(kIq1sTernaryBlockBytes) : F::kBlockBytes;
+  static constexpr int kLanes = kTernary ? 8 : G::kLanesPerRow, kRowsPerPass = 32 / kLanes;
+  static constexpr int kPassRows = 8 * kRowsPerPass, kPasses = kBM / kPassRows;
+  static_assert(kBM == kPasses * kPassRows && kPasses % 2 == 0, "whole passes, half of them up's (kGateUp)");
+  static_assert(!kTernary || (kBlockBytes + 8 + 15) / 16 * 16 <= G::kRegion, "a ternary chunk fits a row's region");
+  const uint8_t* base[kPasses];  // the pass's matrix (kGateUp: the second half of the passes is up's)
+  uint32_t row_off[kPasses];     // the row's byte offset in its matrix
+  uint32_t dst[kPasses];         // the piece's shared offset in a stage
   uint32_t piece16;        // 16·piece
   uint32_t mat_bytes;      // bytes of a matrix (gate and up alike): no piece reads past it
-  bool valid[2];
+  bool valid[kPasses];
+  bool copies;             // the lane has a piece (kTernary: pieces 0-4)
 
   __device__ __forceinline__ Iq1sChunkCopy(const Args& a, const uint8_t* wbase, const uint8_t* wbase_up, int64_t r0,
                                            int n_rows, int tid) {
-    const int lane = tid & 31, warp = tid >> 5, piece = lane % kPieces;
-    const int row_first = warp * kRowsPerPass + lane / kPieces;
+    const int lane = tid & 31, warp = tid >> 5, piece = lane % kLanes;
+    const int row_first = warp * kRowsPerPass + lane / kLanes;
     piece16 = 16u * piece;
+    copies = !kTernary || piece < 5;
     mat_bytes = static_cast<uint32_t>(a.rows * a.row_bytes);
 #pragma unroll
-    for (int ps = 0; ps < 2; ++ps) {
+    for (int ps = 0; ps < kPasses; ++ps) {
       const int r = row_first + ps * kPassRows;      // stage row
       const int mrow = kGateUp ? r % (kBM / 2) : r;  // the row's place in the tile of its matrix
-      base[ps] = kGateUp && ps == 1 ? wbase_up : wbase;
+      base[ps] = kGateUp && ps >= kPasses / 2 ? wbase_up : wbase;
       row_off[ps] = static_cast<uint32_t>((r0 + mrow) * a.row_bytes);
       dst[ps] = static_cast<uint32_t>(r * G::kRegion) + piece16;
       valid[ps] = mrow < n_rows;
@@ -252,11 +292,12 @@ struct Iq1sChunkCopy {
   // the 16-byte boundary at or before the chunk when any of them is the chunk's (pieces wholly past
   // its end, and rows past the tile, zero-filled with no read), nothing read past the matrix.
   __device__ __forceinline__ void Issue(int c, uint8_t* stage) const {
+    if (kTernary && !copies) return;
 #pragma unroll
-    for (int ps = 0; ps < 2; ++ps) {
-      const uint32_t g = row_off[ps] + static_cast<uint32_t>(c) * F::kBlockBytes;
+    for (int ps = 0; ps < kPasses; ++ps) {
+      const uint32_t g = row_off[ps] + static_cast<uint32_t>(c) * kBlockBytes;
       const uint32_t src = (g & ~15u) + piece16;
-      const int left = static_cast<int>(g + F::kBlockBytes - src);  // the chunk's bytes from src on
+      const int left = static_cast<int>(g + kBlockBytes - src);  // the chunk's bytes from src on
       const uint32_t bytes = valid[ps] && left > 0 ? min(16u, mat_bytes - src) : 0u;  // src < mat_bytes
       CpAsync16Zfill(stage + dst[ps], base[ps] + (bytes != 0 ? src : 0u), bytes);
     }
@@ -265,7 +306,7 @@ struct Iq1sChunkCopy {
 
 // ---- the kernel ----------------------------------------------------------------------------------
 
-template <bool kGateUp>
+template <bool kGateUp, bool kTernary>
 __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   PdlEnter();
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -276,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 
   // ---- shared memory: [code grid][raw stages][X stages, 1024-byte aligned] ----
-  const uint32_t* const code_grid = StageIq1sCodeGrid(smem);  // once per block: the grid is persistent
+  const uint32_t* const code_grid = kTernary ? nullptr : StageIq1sCodeGrid(smem);  // once per block (persistent)
   uint8_t* const raw = smem + kCodeGridBytes;
   const uint32_t x_lo = SmemAddr(raw + kRawBytes);
   uint8_t* const xs = raw + kRawBytes + (((x_lo + 1023u) & ~1023u) - x_lo);
@@ -298,7 +339,7 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
     __syncthreads();  // s_xrow (and, for the first tile, the code grid)
 
     // ---- loads: raw chunk c (windows 2c, 2c+1) and X window v ----
-    const Iq1sChunkCopy<kGateUp> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
+    const Iq1sChunkCopy<kGateUp, kTernary> raw_copy(a, wbase, wbase_up, r0, n_rows, tid);
     // X: thread = 16-byte piece tid % 16 of token rows tid / 16 + 16·i (i < N / 16); piece qq lands
     // in K half qq / 8 at 16-byte column (qq % 8) ^ (row % 8) (the 128-byte swizzle). Rows outside x
     // and past the tile are zero-filled (no read).
@@ -329,8 +370,12 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
       for (int rr = 0; rr < 2; ++rr) {
         const int row = mrow + 8 * rr;
         uint32_t p[16];
-        const int mis = (row_mis[rr] + c * G::kChunkBytes) & 15;
-        DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, trow + 8 * rr < n_rows, code_grid, p);
+        const int mis = (row_mis[rr] + c * raw_copy.kBlockBytes) & 15;
+        if constexpr (kTernary) {
+          DecodeTernaryGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, trow + 8 * rr < n_rows, p);
+        } else {
+          DecodeIq1sGroup(stage + row * G::kRegion + mis, 4 * (v & 1) + tq, trow + 8 * rr < n_rows, code_grid, p);
+        }
 #pragma unroll
         for (int l = 0; l < 4; ++l) {  // run l = steps 2l (weights 0-3) and 2l + 1 (weights 4-7)
           A[2 * l][rr] = p[4 * l];
@@ -484,11 +529,12 @@ __global__ void __launch_bounds__(kThreads, 1) Iq1sWgmmaKernel(const Args a) {
 
 }  // namespace
 
-cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, cudaStream_t stream) {
+cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, bool ternary, cudaStream_t stream) {
   // Iq1sChunkCopy's weight offsets are 32-bit: matrices under 2 GiB (WgmmaSmsFor sends larger
   // ones to the mma.sync kernel; this guards the launcher itself)
   if (a.rows * static_cast<int64_t>(a.row_bytes) >= (int64_t{1} << 31)) return cudaErrorInvalidValue;
-  const auto fn = gate_up ? Iq1sWgmmaKernel<true> : Iq1sWgmmaKernel<false>;
+  const auto fn = ternary ? (gate_up ? Iq1sWgmmaKernel<true, true> : Iq1sWgmmaKernel<false, true>)
+                          : (gate_up ? Iq1sWgmmaKernel<true, false> : Iq1sWgmmaKernel<false, false>);
   const void* kernel = reinterpret_cast<const void*>(fn);
   constexpr int smem = kCodeGridBytes + kRawBytes + 1024 + kXRegionBytes;
   if (const cudaError_t e = PrepareGemmKernel(kernel, smem); e != cudaSuccess) return e;

@@ -6,8 +6,9 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_check.h"
-#include "kernels/cuda/quant_gemm/gemm_impl.cuh"
 #include "kernels/cuda/launch.cuh"
+#include "kernels/cuda/quant_gemm/gemm_impl.cuh"
+#include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 
 namespace k3::cuda {
 namespace qgemm {
@@ -173,7 +174,9 @@ cudaError_t CheckParams(const QuantGemmParams& p) {
   if (p.rows < 0 || p.cols <= 0 || p.n_tokens < 0 || p.n_groups < 1) return cudaErrorInvalidValue;
   if (p.group_offsets == nullptr && p.n_groups != 1) return cudaErrorInvalidValue;
   if (p.cols % be != 0 || p.cols % 32 != 0 || p.cols > (int64_t{1} << 25)) return cudaErrorInvalidValue;
-  if (static_cast<int64_t>(p.row_bytes) != p.cols / be * bb) return cudaErrorInvalidValue;
+  if (p.iq1s_ternary && p.type != quant::GgmlType::kIQ1_S) return cudaErrorInvalidValue;
+  const int64_t row_bytes = p.iq1s_ternary ? Iq1sTernaryRowBytes(p.cols) : p.cols / be * bb;
+  if (static_cast<int64_t>(p.row_bytes) != row_bytes) return cudaErrorInvalidValue;
   if (p.rows > (int64_t{1} << 31) - kBM || p.n_tokens > 0x7fffffff || p.n_groups > 0x7fffffff - 1) {
     return cudaErrorInvalidValue;
   }
@@ -283,11 +286,12 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
                                              : grouped && p.n_tokens < kGroupedWideRows * p.n_groups;
   const int wgmma_sms = WgmmaSmsFor(p);
   const bool wgmma = wgmma_sms > 0;
-  if (p.x_half != nullptr && !wgmma) return cudaErrorInvalidValue;  // only the wgmma kernel's layout
+  // x_half is only the wgmma kernel's layout, and the ternary form only its weights
+  if ((p.x_half != nullptr || p.iq1s_ternary) && !wgmma) return cudaErrorInvalidValue;
   const int64_t bn = wgmma ? kWgmmaTokens : small_tiles ? kTokensGrouped : kTokensPlain;
   Args a;
   if (const cudaError_t e = PrepareArgs(p, kBM, bn, wgmma, stream, &a); e != cudaSuccess) return e;
-  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, false, stream);
+  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, false, p.iq1s_ternary, stream);
   K3_CUDA_CHECK(FindLaunch(p.type).gemm(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }
@@ -295,6 +299,8 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
 bool QuantGemmGateUpSupports(const QuantGemmParams& gate) { return qgemm::WgmmaSmsFor(gate) > 0; }
 
 bool QuantGemmTakesHalfX(const QuantGemmParams& p) { return qgemm::WgmmaSmsFor(p) > 0; }
+
+bool QuantGemmTakesTernary(const QuantGemmParams& p) { return qgemm::WgmmaSmsFor(p) > 0; }
 
 cudaError_t QuantGemmGateUpSitu(const QuantGemmGateUpParams& p, cudaStream_t stream) {
   using namespace qgemm;
@@ -314,7 +320,7 @@ cudaError_t QuantGemmGateUpSitu(const QuantGemmGateUpParams& p, cudaStream_t str
   a.situ_beta = p.situ_beta;
   a.situ_lambda = p.situ_lambda;
   a.y_half = static_cast<__half*>(p.y_half);
-  return GemmLaunchIq1sWgmma(a, sms, true, stream);
+  return GemmLaunchIq1sWgmma(a, sms, true, g.iq1s_ternary, stream);
 }
 
 cudaError_t QuantDequantF16(const QuantDequantF16Params& p, cudaStream_t stream) {

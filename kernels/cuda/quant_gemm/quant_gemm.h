@@ -78,6 +78,11 @@ struct QuantGemmParams {
   // Only where the product runs on the wgmma kernel (IQ1_S, wgmma, no split_x or test knobs, an
   // sm_90 device and build: QuantGemmTakesHalfX), else cudaErrorInvalidValue.
   const void* x_half = nullptr;
+  // IQ1_S weights in the ternary form (quant_gemv/iq1s_ternary.h: row_bytes must then be
+  // Iq1sTernaryRowBytes(cols)), which only the wgmma kernel reads: the same f16 values, so the same
+  // results bit for bit as the ggml rows. cudaErrorInvalidValue where the product would not run on
+  // that kernel (another type, split_x or a test knob, no sm_90 device or build: QuantGemmTakesTernary).
+  bool iq1s_ternary = false;
 };
 
 // Scratch QuantGemm needs for `p` (type, cols, n_tokens, x_rows, x_src_rows, split_x matter):
@@ -95,7 +100,7 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream);
 
 // The MoE experts' gate and up products and their activation in one launch:
 //   gate.y[p][r] = situ(Σ_c G[r][c]·x[row(p)][c], Σ_c U[r][c]·x[row(p)][c])
-// with G = gate.weight's matrices and U = up_weight's (the same type, shape and strides), i.e.
+// with G = gate.weight's matrices and U = up_weight's (the same type, form, shape and strides), i.e.
 // QuantGemm(gate) and QuantGemm(up) followed by Situ (activation.h), bit for bit: the same
 // kernel's sums (tile for tile the same tokens and wgmma sequence), the same device situ. Only
 // on the IQ1_S wgmma kernel (QuantGemmGateUpSupports); the workspace is gate's
@@ -117,6 +122,10 @@ bool QuantGemmGateUpSupports(const QuantGemmParams& gate);
 
 // True when p may take x_half (the same condition: p runs on the wgmma kernel).
 bool QuantGemmTakesHalfX(const QuantGemmParams& p);
+
+// True when p may take its IQ1_S weights in the ternary form (iq1s_ternary): it runs on the wgmma
+// kernel (the same condition again, for p with that form).
+bool QuantGemmTakesTernary(const QuantGemmParams& p);
 
 // cudaErrorInvalidValue when !QuantGemmGateUpSupports(p.gate) or for QuantGemm's bad inputs; no
 // allocation, no host synchronization: capturable in a CUDA graph.
