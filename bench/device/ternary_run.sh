@@ -8,14 +8,17 @@
 #                                                            golden model, ~57 MB)
 #           bash bench/device/ternary_run.sh pack bench   (-> .k3tern: the two benchmarks, ~14 MB)
 #           bash bench/device/ternary_run.sh pack one     (-> .k3tern: the engine test, the golden model
-#                                                            and the two benchmarks, ~60 MB: one call)
+#                                                            and the decode bench, ~55 MB: one call)
 #           bash bench/device/ternary_run.sh pack onek    (-> .k3tern: both tests, the golden model and
-#                                                            the decode bench, ~63 MB: one call, no gemv bench)
+#                                                            the decode bench, ~63 MB: over a call's limit
+#                                                            with the working tree's disk blocks)
+#           bash bench/device/ternary_run.sh pack kb      (-> .k3tern: the kernel test and both benchmarks,
+#                                                            ~22 MB: no golden model, no engine test)
 #   there:  bash bench/device/ternary_run.sh tests                        (with the first carry)
-#           bash bench/device/ternary_run.sh [kernels] [decode] [ncu] [profile]  (with the second;
+#           bash bench/device/ternary_run.sh [kernels] [decode] [prefill] [ncu] [profile]  (with the second;
 #                                                            default: the first three)
-# On an 80 GB H100 the decode runs take 4 layers (the slice's 8 with both copies of the experts need
-# ~106 GB); each run's output in $OUT/<tag>.txt. A run is skipped once K3_GUARD_S seconds (default
+# The slice's 8 layers with the experts in the ternary form take ~67 GB of weights (K3_LAYERS=4 for
+# less); each run's output in $OUT/<tag>.txt; K3_REPS (default "a b") names the repeats of the A/B runs. A run is skipped once K3_GUARD_S seconds (default
 # 480) have passed.
 set -uo pipefail
 if [ "${1:-}" = pack ]; then
@@ -26,15 +29,16 @@ if [ "${1:-}" = pack ]; then
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
     bench) bash bench/device/pack_bins.sh $dir k3_cuda_gemv_bench k3_cuda_decode_bench ;;
-    one)   bash bench/device/pack_bins.sh $dir engine_cuda_test k3_cuda_gemv_bench k3_cuda_decode_bench
+    one)   bash bench/device/pack_bins.sh $dir engine_cuda_test k3_cuda_decode_bench
            mkdir -p $dir/golden
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+    kb)    bash bench/device/pack_bins.sh $dir kernels_cuda_test k3_cuda_gemv_bench k3_cuda_decode_bench ;;
     onek)  bash bench/device/pack_bins.sh $dir kernels_cuda_test engine_cuda_test k3_cuda_decode_bench
            mkdir -p $dir/golden
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
-    *) echo "ternary_run.sh pack tests|bench|one|onek"; exit 2 ;;
+    *) echo "ternary_run.sh pack tests|bench|one|onek|kb"; exit 2 ;;
   esac
   (cd $dir/lib && tar cJf ../libs.tar.xz ./* && rm -f ./*)  # the libraries xz-compressed
   du -sb $dir
@@ -49,7 +53,7 @@ k3_unpack_carry "$C" "$B" || exit 1
 k3_find_missing_libs "$B"
 [ -d $C/golden ] && mkdir -p /work/shared/data && ln -sfn $C/golden /work/shared/data/golden  # the engine test's
 GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader); echo "$GPU"
-L=8; case "$GPU" in *H100*) L=4 ;; esac
+L=${K3_LAYERS:-8}
 T0=$(date +%s)
 run() {  # run TAG SECONDS CMD...
   if [ $(( $(date +%s) - T0 )) -gt "${K3_GUARD_S:-480}" ]; then echo "### $1: skipped (time)"; return; fi
@@ -66,6 +70,7 @@ for phase in $PHASES; do
         run kernel_tests 150 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X:QuantGemmTest.Iq1s*:QuantGemmTest.RejectsBadArguments'
         grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/kernel_tests.txt" | head -20
       fi
+      [ -x $B/engine_cuda_test ] || { echo "### engine_test: not carried"; continue; }
       run engine_test 120 $B/engine_cuda_test --gtest_filter='*TernaryExperts*'
       grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/engine_test.txt" | head ;;
     kernels)
@@ -73,11 +78,19 @@ for phase in $PHASES; do
       run gemv 120 $B/k3_cuda_gemv_bench --only=int8x
       grep -E "^expert" "$OUT/gemv.txt" | cut -c1-200 ;;
     decode)
-      for r in a b; do
+      for r in ${K3_REPS:-a b}; do
         run dec_ggml_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches 1,16,64
         grep -E "^\| [0-9]+ \| [0-9]+ \||weights on" "$OUT/dec_ggml_$r.txt" | cut -c1-160
         run dec_tern_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches 1,16,64 --ternary-experts
         grep -E "^\| [0-9]+ \| [0-9]+ \||weights on" "$OUT/dec_tern_$r.txt" | cut -c1-160
+      done ;;
+    prefill)  # PP4096 in one chunk, the grouped expert GEMMs on the ggml rows vs the ternary form
+      for r in ${K3_REPS:-a b}; do
+        for t in ggml tern; do
+          flag=""; [ $t = tern ] && flag=--ternary-experts
+          run pp_${t}_$r 150 $B/k3_cuda_decode_bench $S --batches 0 --prefill 4096 --chunk 4096 $flag
+          grep -E -A3 "floor ms \(TFLOP\)|prefill per layer kind" "$OUT/pp_${t}_$r.txt" | grep -E "^\| [0-9]" | cut -c1-180
+        done
       done ;;
     ncu)
       M=gpu__time_duration.sum,sm__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
@@ -88,11 +101,12 @@ for phase in $PHASES; do
         grep -E "Iq1sRowsKernel|gpu__time|inst_executed|dram__|issue_active" "$OUT/ncu_$t.txt" | head -16
       done ;;
     engine_all)  # the whole engine test (the golden model's every path), where time is left
+      [ -x $B/engine_cuda_test ] || { echo "### engine_all: not carried"; continue; }
       run engine_all 240 $B/engine_cuda_test
       grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|OK \]" "$OUT/engine_all.txt" | cut -c1-160 | head -40 ;;
     profile)  # every kernel of one batch-1 step, ternary experts on: what is left to rank
       K3_CARRY=.k3tern K3_LAYERS=$L K3_NCU_WHAT="--metrics gpu__time_duration.sum" \
         K3_BENCH_EXTRA="--int8-experts --ternary-experts" timeout 200 bash "$(dirname "$0")/decode_profile.sh" 1 4096 | head -45 ;;
-    *) echo "unknown phase $phase (tests, kernels, decode, ncu, profile, engine_all)"; exit 2 ;;
+    *) echo "unknown phase $phase (tests, kernels, decode, prefill, ncu, profile, engine_all)"; exit 2 ;;
   esac
 done

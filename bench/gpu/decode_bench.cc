@@ -26,8 +26,8 @@
 // --mma-mla: that tensor-core MLA attention on the mma.sync kernel (CudaEngineOptions::wgmma_mla off;
 // --wgmma-mla: on, the default where the build and widths allow);
 // --int8-experts: the routed experts' decode GEMVs on int8 inputs (CudaEngineOptions::int8_expert_x);
-// --ternary-experts: with --int8-experts, those GEMVs read the experts' ternary form, a second
-// copy made at load (CudaEngineOptions::ternary_experts);
+// --ternary-experts: with --int8-experts, the experts held in their ternary form instead of the ggml
+// rows (made at load), read by those GEMVs and by the grouped GEMMs (CudaEngineOptions::ternary_experts);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
 // --one-stream: decode steps on one stream (CudaEngineOptions::side_streams off);

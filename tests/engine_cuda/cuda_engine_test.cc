@@ -361,9 +361,11 @@ TEST_F(CudaGoldenTest, GroupedExpertGemvMatchesPerPair) {
   }
 }
 
-// ternary_experts: the int8-input expert GEMVs read the experts' ternary form (made on the GPU at
-// load) instead of the ggml rows: the same values, so the same logits bit for bit, in decode steps
-// of 1 row (per-pair GEMVs, fused gate|up), 3 and 12 (the expert-grouped GEMV), graphs and eager.
+// ternary_experts: the experts held in their ternary form (made on the GPU at load) instead of the
+// ggml rows, read by the int8-input expert GEMVs and the grouped tile GEMMs: the same values, so
+// the same logits bit for bit, in decode steps of 1 row (per-pair GEMVs, fused gate|up), 3 and 12
+// (the expert-grouped GEMV), graphs and eager, and in prefill; the options that need the rows are
+// refused.
 TEST_F(CudaGoldenTest, TernaryExpertsChangeNoValue) {
   for (bool graphs : {true, false}) {
     for (int64_t n_seqs : {int64_t{1}, int64_t{3}, int64_t{12}}) {
@@ -374,9 +376,31 @@ TEST_F(CudaGoldenTest, TernaryExpertsChangeNoValue) {
       opt.ternary_experts = true;
       auto ternary = OpenWith(opt);
       ASSERT_TRUE(ggml && ternary);
-      EXPECT_GT(ternary->weight_bytes(), ggml->weight_bytes());  // the second copy is there
+      EXPECT_GT(ternary->weight_bytes(), ggml->weight_bytes());  // 72 bytes per 256 weights, not 50
       ExpectSameDecodeBatches(*ternary, *ggml, n_seqs, 6, "graphs " + std::to_string(graphs));
     }
+  }
+  // Prefill: the grouped expert products read the ternary form on the IQ1_S wgmma kernel (fused
+  // gate|up and down), the same f16 weights as the ggml rows: every prompt's logits bit for bit.
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512, false, false, /*int8_expert_x=*/true);
+  auto ggml = OpenWith(opt);
+  opt.ternary_experts = true;
+  auto ternary = OpenWith(opt);
+  ASSERT_TRUE(ggml && ternary);
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto want = RunPrompt(*ggml, prompts_[p], 330 + p);
+    const auto got = RunPrompt(*ternary, prompts_[p], 330 + p);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << "prefill of prompt " << p;
+  }
+  // Paths that read only the ggml rows: refused at Open with the reason.
+  for (const auto& [int8, exact] : {std::pair{false, false}, std::pair{true, true}}) {
+    CudaEngineOptions bad = ReferenceOptions(false, true, 512, exact, false, int8);
+    bad.ternary_experts = true;
+    auto e = CudaEngine::Open(kGolden + "k3-golden-a.gguf", bad);
+    ASSERT_FALSE(e.ok()) << "int8 " << int8 << ", exact prefill " << exact;
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
+    EXPECT_NE(std::string(e.status().message()).find("ternary_experts"), std::string::npos) << e.status();
   }
 }
 

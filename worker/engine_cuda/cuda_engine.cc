@@ -137,6 +137,23 @@ absl::Status CudaEngine::CheckRanks(const CudaEngineOptions& o) {
   return absl::OkStatus();
 }
 
+absl::Status CudaEngine::CheckTernary(const CudaEngineOptions& o) {
+  if (!o.ternary_experts) return absl::OkStatus();
+  if (!o.int8_expert_x) {
+    return absl::InvalidArgumentError("ternary_experts needs int8_expert_x (the f32-input expert GEMVs read only the ggml rows)");
+  }
+  if (o.exact_prefill) {
+    return absl::InvalidArgumentError("ternary_experts and exact_prefill exclude each other (the exact prefill reads the ggml rows)");
+  }
+  cuda::QuantGemmParams probe{};  // no shape: the kernel choice only
+  probe.type = quant::GgmlType::kIQ1_S;
+  probe.iq1s_ternary = true;
+  if (!cuda::QuantGemmTakesTernary(probe)) {
+    return absl::InvalidArgumentError("ternary_experts needs the IQ1_S wgmma GEMM (an sm_90 GPU and an sm_90a build)");
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CudaEngine::AllReduce(float* data, int64_t n) {
   if (comm_ == nullptr) return absl::OkStatus();
   return comm_->AllReduceSum(data, n);
@@ -152,9 +169,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Open(const std::string& 
   K3_RETURN_IF_ERROR(CheckRanks(options));
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_CU(cudaSetDevice(options.device));
+  K3_RETURN_IF_ERROR(CheckTernary(options));
   K3_ASSIGN_OR_RETURN(engine::ModelWeights w, engine::BindWeights(e->config_, *file, e->shard_));
-  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv,
-              options.int8_expert_x && options.ternary_experts);
+  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv, options.ternary_experts);
   K3_RETURN_IF_ERROR(up.Globals(e->config_, w, e->impl_.get()));
   e->impl_->layers.resize(e->config_.n_layers);
   for (int64_t il = 0; il < e->config_.n_layers; ++il) {
@@ -180,9 +197,9 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::OpenSynth(const SynthSou
   K3_RETURN_IF_ERROR(model::CheckPlan(e->config_, options.plan));
   e->shard_ = model::ShardFor(e->config_, options.plan, options.rank);
   K3_CU(cudaSetDevice(options.device));
+  K3_RETURN_IF_ERROR(CheckTernary(options));
   SynthHost host(m, source.fill_on_device ? &e->impl_->arena : nullptr);
-  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv,
-              options.int8_expert_x && options.ternary_experts);
+  Uploader up(e->impl_->arena, e->weight_bytes_, options.direct_gemv, options.ternary_experts);
   {
     engine::ModelWeights w;
     const model::RankShard& s = e->shard_;

@@ -98,11 +98,15 @@ struct CudaEngineOptions {
   // multiply in integers (QuantGemvParams::int8_x; ~2x faster expert GEMVs). Not exact: on the
   // golden model held to llama.cpp's closeness (which rounds every product's input so).
   bool int8_expert_x = false;
-  // With int8_expert_x, the routed experts' IQ1_S stacks also get their ternary form (2-bit fields
-  // g + 1, kernels/cuda/quant_gemv/iq1s_ternary.h), which the decode GEMVs (per pair, gate|up,
-  // expert-grouped) read instead of the ggml rows: no grid lookups, the same values bit for bit
-  // (engine test TernaryExpertsChangeNoValue; not yet run on a GPU), 1.44x the experts' bytes per read. A second copy of
-  // the experts (prefill's tile GEMMs still read the ggml rows): off by default.
+  // The routed experts' IQ1_S stacks held in their ternary form (2-bit fields g + 1,
+  // kernels/cuda/quant_gemv/iq1s_ternary.h) instead of the ggml rows (made on the GPU at load, the
+  // rows then given back), read by the int8-input decode GEMVs (per pair, gate|up, expert-grouped)
+  // and the grouped tile GEMMs of prefill and large steps (the IQ1_S wgmma kernel): no grid lookups,
+  // the same values, so the same logits bit for bit (engine test TernaryExpertsChangeNoValue);
+  // 1.44x the experts' bytes. Needs int8_expert_x, no exact_prefill and the wgmma kernel (an sm_90
+  // GPU, an sm_90a build): the paths that read only the ggml rows (f32-input GEMVs, the mma.sync
+  // GEMM) are off then; Open refuses it otherwise. Measured (H100, 4 layers of the slice, session
+  // 43): decode batch 1 unchanged, 64 +8%, PP4096 +3%; off by default.
   bool ternary_experts = false;
   // With int8_expert_x, the routed gate and up products and their activation of decode steps of
   // up to kFusedGateUpMaxRows (4) rows run as one launch (cuda::QuantGemvGateUpSitu: the same bits
@@ -330,6 +334,8 @@ class CudaEngine {
   CudaEngine();
   absl::Status Init(const CudaEngineOptions& options);
   static absl::Status CheckRanks(const CudaEngineOptions& options);
+  // ternary_experts' conditions (on the current device): every product that reads the experts takes the form.
+  static absl::Status CheckTernary(const CudaEngineOptions& options);
   absl::Status AllReduce(float* data, int64_t n);
   // The rows of one forward and where their per-row metadata lives on the device.
   struct StepView {

@@ -31,8 +31,9 @@ struct DStack {
   int64_t rows = 0, cols = 0, count = 0;
   size_t row_bytes = 0, matrix_stride = 0;
   // IQ1_S stacks with CudaEngineOptions::ternary_experts: the same matrices in their ternary form
-  // (kernels/cuda/quant_gemv/iq1s_ternary.h), which the int8-input GEMVs read instead of data;
-  // nullptr otherwise. data stays for every other product (prefill's tile GEMMs).
+  // (kernels/cuda/quant_gemv/iq1s_ternary.h) INSTEAD of data (then nullptr; matrix_stride and
+  // row_bytes keep the ggml sizes, the model's bytes that the step floors count), read by the
+  // int8-input GEMVs and the IQ1_S wgmma GEMM; nullptr otherwise.
   const void* ternary = nullptr;
   size_t ternary_row_bytes = 0, ternary_stride = 0;
 };
@@ -78,6 +79,14 @@ class DeviceArena {
     K3_CU(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
     allocs_.push_back(p);
     return static_cast<T*>(p);
+  }
+  // Gives back one allocation (p as Alloc returned it) before the arena goes.
+  absl::Status Free(const void* p) {
+    const auto it = std::find(allocs_.begin(), allocs_.end(), p);
+    if (it == allocs_.end()) return absl::InternalError("DeviceArena::Free: not an allocation of this arena");
+    allocs_.erase(it);
+    K3_CU(cudaFree(const_cast<void*>(p)));
+    return absl::OkStatus();
   }
 
  private:

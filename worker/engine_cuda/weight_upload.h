@@ -26,7 +26,7 @@ namespace k3::engine_cuda {
 // Uploads host views of one rank's shard (engine::ModelWeights), tensor by tensor.
 class Uploader {
  public:
-  // ternary: give the routed experts' IQ1_S stacks their ternary form too (AddTernary).
+  // ternary: hold the routed experts' IQ1_S stacks in their ternary form instead (AddTernary).
   Uploader(DeviceArena& arena, uint64_t& bytes, bool direct, bool ternary = false)
       : arena_(arena), bytes_(bytes), direct_(direct), ternary_(ternary) {}
 
@@ -46,8 +46,9 @@ class Uploader {
   }
   uint64_t direct_bytes() const { return direct_bytes_; }
 
-  // Gives an IQ1_S stack its ternary form (made on the GPU from the uploaded rows) where the
-  // int8-input GEMV takes its rows; a copy beside data, counted in the weight bytes.
+  // Puts an IQ1_S stack in its ternary form (made on the GPU from the uploaded rows, which are then
+  // given back: data = nullptr) where the int8-input GEMV takes its rows; the weight bytes count
+  // the form's bytes instead of the rows'.
   absl::Status AddTernary(DStack& s) {
     if (!ternary_ || s.type != quant::GgmlType::kIQ1_S || s.cols % 256 != 0 || s.cols > cuda::kIq1sTernaryMaxCols) {
       return absl::OkStatus();
@@ -60,6 +61,9 @@ class Uploader {
       K3_CU(cuda::Iq1sToTernary({src + i * s.matrix_stride, dst + i * stride, s.rows, s.cols}, nullptr));
     }
     K3_CU(cudaDeviceSynchronize());
+    K3_RETURN_IF_ERROR(arena_.Free(s.data));  // the uploaded (or GPU-filled) rows: an allocation of their own
+    bytes_ -= s.matrix_stride * static_cast<size_t>(s.count);
+    s.data = nullptr;
     s.ternary = dst;
     s.ternary_row_bytes = row;
     s.ternary_stride = stride;
