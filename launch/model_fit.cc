@@ -62,6 +62,7 @@ model::FitRequest FitRequestFor(const WorkerGroupSpec& g, const model::K3Config&
   // The worker's forwards are its own --prefill-chunk (the coordinator's steps are split into them).
   r.prefill_chunk = g.prefill_chunk > 0 ? g.prefill_chunk : kWorkerPrefillChunk;
   if (g.gpu_memory_gib > 0) r.device_bytes = static_cast<uint64_t>(g.gpu_memory_gib * static_cast<double>(model::kGiB));
+  r.ternary_experts = std::find(g.worker_args.begin(), g.worker_args.end(), "--ternary-experts") != g.worker_args.end();
   return r;
 }
 

@@ -27,7 +27,8 @@ struct ModelShapes {
 absl::StatusOr<ModelShapes> LoadModelShapes(const LaunchConfig& config);
 
 // What a group asks of each GPU: its rank plan, max_seqs sequences sharing cache_tokens (the
-// worker's default when 0), the coordinator's prefill chunk, the GPU's memory.
+// worker's default when 0), the worker's prefill chunk, the GPU's memory, and the experts' ternary
+// form when worker_args holds --ternary-experts.
 model::FitRequest FitRequestFor(const WorkerGroupSpec& group, const model::K3Config& model,
                                 const CoordinatorSpec& coordinator);
 

@@ -146,6 +146,9 @@ TEST(LaunchModelFit, RequestFromTheGroup) {
   EXPECT_EQ(r.context, 334);  // rounded up
   EXPECT_EQ(r.plan.expert_groups, 4);
   EXPECT_EQ(r.device_bytes, 80ull << 30);
+  EXPECT_FALSE(r.ternary_experts);
+  g.worker_args = {"--int8-experts", "--ternary-experts"};  // the workers hold the experts' ternary form
+  EXPECT_TRUE(FitRequestFor(g, c, co).ternary_experts);
 }
 
 }  // namespace

@@ -109,6 +109,37 @@ TEST(FitCheck, RealK3OnEightH200At128k) {
   EXPECT_EQ(f.mla_cache, 24ull * 576 * 2 * 131072);
 }
 
+// The routed experts' IQ1_S rows in the ternary form (k3-worker --ternary-experts): per rank the
+// expert slices grow to Iq1sTernaryRowBytes per row (gate/up 3584 wide: 1016 bytes for 700; down
+// 3072 wide: 872 for 600), everything else stays, and the real K3 still fits 8 H200 at 128k.
+TEST(FitCheck, TernaryExpertsCountTheirRows) {
+  auto mix = QuantMix::Preset("UD-IQ1_S");
+  ASSERT_TRUE(mix.ok());
+  TypeOf type_of = [&](const TensorSpec& s) { return mix->TypeFor(s); };
+  FitRequest req;
+  req.plan = {8, 8};
+  req.context = 131072;
+  auto plain = PlanFit(RealK3Config(), type_of, req);
+  req.ternary_experts = true;
+  auto ternary = PlanFit(RealK3Config(), type_of, req);
+  ASSERT_TRUE(plain.ok() && ternary.ok());
+  uint64_t extra = 0;  // what the ternary rows add on one rank, tensor by tensor
+  for (const TensorSpec& s : ExpectedTensors(RealK3Config())) {
+    if (AxisFor(s) != ShardAxis::kExperts || type_of(s) != quant::GgmlType::kIQ1_S) continue;
+    const uint64_t rows = static_cast<uint64_t>(s.ne[1] * s.ne[2] / 8);  // 8 groups of whole experts
+    const uint64_t ggml = static_cast<uint64_t>(s.ne[0] / 256 * 50), tern = s.ne[0] == 3584 ? 1016 : 872;
+    ASSERT_TRUE(s.ne[0] == 3584 || s.ne[0] == 3072) << s.name;
+    extra += rows * (tern - ggml);
+  }
+  EXPECT_GT(extra, 200 * kGiB / 8);  // most of the model is IQ1_S experts
+  const RankFit &p = plain->ranks[0], &t = ternary->ranks[0];
+  EXPECT_EQ(t.weights, p.weights + extra);
+  EXPECT_EQ(t.replicated, p.replicated);
+  EXPECT_EQ(t.mla_cache, p.mla_cache);
+  EXPECT_EQ(ternary->model_bytes, plain->model_bytes);  // the file's bytes
+  EXPECT_TRUE(ternary->fits()) << ternary->Table();
+}
+
 TEST(FitCheck, OneH200IsRefusedNamingRankAndShortfall) {
   auto mix = QuantMix::Preset("UD-IQ1_S");
   ASSERT_TRUE(mix.ok());

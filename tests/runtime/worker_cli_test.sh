@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # k3-worker refuses a missing or doubled model source, --synth, --prefill-chunk and the CUDA fast
-# options (--int8-experts, --tc-mla-decode, --exact-mla-decode) without the GPU backend, the two MLA
-# decode flags together, a value given to a bare flag,
+# options (--int8-experts, --ternary-experts, --tc-mla-decode, --exact-mla-decode) without the GPU
+# backend, --ternary-experts without --int8-experts, the two MLA decode flags together, a value given
+# to a bare flag,
 # and a doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs:
 # each case is one process, no mpirun); a prompt read from --prompt-file generates what the same
 # ids given with --prompt do.
@@ -26,6 +27,8 @@ expect "synth on cpu" "needs --backend cuda" --synth tiny
 expect "negative seed" "want numbers >= 0" --backend cuda --synth tiny --synth-seed -1
 expect "prefill chunk on cpu" "prefill-chunk wants tokens >= 1 and --backend cuda" --model "$golden" --prefill-chunk 64
 expect "int8 experts on cpu" "options of the CUDA engine" --model "$golden" --int8-experts
+expect "ternary experts on cpu" "options of the CUDA engine" --model "$golden" --ternary-experts
+expect "ternary without int8" "ternary-experts needs --int8-experts" --backend cuda --synth tiny --ternary-experts
 expect "tc mla decode on cpu" "options of the CUDA engine" --model "$golden" --tc-mla-decode
 expect "exact mla decode on cpu" "options of the CUDA engine" --model "$golden" --exact-mla-decode
 expect "both mla decode flags" "exclude each other" --backend cuda --synth tiny --tc-mla-decode --exact-mla-decode

@@ -50,7 +50,7 @@ class Uploader {
   // given back: data = nullptr) where the int8-input GEMV takes its rows; the weight bytes count
   // the form's bytes instead of the rows'.
   absl::Status AddTernary(DStack& s) {
-    if (!ternary_ || s.type != quant::GgmlType::kIQ1_S || s.cols % 256 != 0 || s.cols > cuda::kIq1sTernaryMaxCols) {
+    if (!ternary_ || s.type != quant::GgmlType::kIQ1_S || !cuda::Iq1sTernaryTakesCols(s.cols)) {
       return absl::OkStatus();
     }
     const size_t row = static_cast<size_t>(cuda::Iq1sTernaryRowBytes(s.cols));

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "kernels/quant/iq1s_ternary_layout.h"
 #include "worker/common/status_macros.h"
 
 namespace k3::model {
@@ -26,6 +27,17 @@ uint64_t WorkBytes(const K3Config& c, const FitRequest& r) {
   const uint64_t per_token = static_cast<uint64_t>(stream + attn + ffn) * 4;
   const uint64_t logits = static_cast<uint64_t>(r.n_seqs) * (c.vocab / tp) * 4;
   return per_token * T + logits;
+}
+
+// A rank's IQ1_S expert slice in the ternary form, where the engine makes it (the rank's rows wide
+// enough: Iq1sTernaryTakesCols of its band's columns; down's FFN band cuts its columns), from its
+// bytes as ggml rows (50 per 256 weights).
+uint64_t TernaryRankBytes(const TensorSpec& spec, const RankPlan& plan, uint64_t ggml_bytes) {
+  const bool band_cuts_cols = spec.base == "ffn_down_exps";  // as SliceOf: down reads the FFN band
+  const int64_t cols = band_cuts_cols ? spec.ne[0] / plan.expert_bands() : spec.ne[0];
+  if (!quant::Iq1sTernaryTakesCols(cols)) return ggml_bytes;
+  const uint64_t rows = ggml_bytes / (static_cast<uint64_t>(cols) / 256 * 50);
+  return rows * static_cast<uint64_t>(quant::Iq1sTernaryRowBytes(cols));
 }
 
 }  // namespace
@@ -68,7 +80,10 @@ absl::StatusOr<FitReport> PlanFit(const K3Config& c, const TypeOf& type_of,
   for (const TensorSpec& spec : ExpectedTensors(c)) {
     const quant::GgmlType type = type_of(spec);
     report.model_bytes += quant::BytesFor(type, spec.n_elems()).value_or(0);
-    const uint64_t b = RankBytes(spec, type, r.plan);
+    uint64_t b = RankBytes(spec, type, r.plan);
+    if (r.ternary_experts && AxisFor(spec) == ShardAxis::kExperts && type == quant::GgmlType::kIQ1_S) {
+      b = TernaryRankBytes(spec, r.plan, b);
+    }
     base.weights += b;
     if (AxisFor(spec) == ShardAxis::kReplicated) base.replicated += b;
   }

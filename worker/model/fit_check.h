@@ -25,6 +25,9 @@ struct FitRequest {
   int cache_elem_bytes = 2;        // f16/bf16 MLA cache
   uint64_t device_bytes = kH200Bytes;
   uint64_t runtime_reserve = 3 * kGiB;  // CUDA context, NCCL buffers, library workspaces
+  // The routed experts' IQ1_S rows held in the ternary form (the CUDA engine's ternary_experts,
+  // k3-worker --ternary-experts): Iq1sTernaryRowBytes per row instead of 50 per 256 weights.
+  bool ternary_experts = false;
 };
 
 struct RankFit {

@@ -26,6 +26,9 @@
 //       [--int8-experts]                cuda: decode steps' routed-expert GEMVs on int8 inputs
 //                                       (CudaEngineOptions::int8_expert_x; not exact, held to llama.cpp's
 //                                       closeness on the golden model)
+//       [--ternary-experts]             cuda, with --int8-experts: the routed experts held in their
+//                                       ternary form instead of the ggml rows (1.44x their bytes; the
+//                                       same logits; CudaEngineOptions::ternary_experts)
 //       [--exact-mla-decode]            cuda: decode steps' MLA attention on the exact f32 kernel
 //                                       instead of tensor cores, over an f32 cache
 //                                       (CudaEngineOptions::tc_mla_decode and cache_f16 off;
@@ -214,6 +217,7 @@ struct ModelSource {
 // The CUDA engine's optional fast paths (flags without values).
 struct CudaFastPaths {
   bool int8_experts = false;
+  bool ternary_experts = false;
   bool tc_mla_decode = false;     // the flag given (the engine's default anyway)
   bool exact_mla_decode = false;  // the flag given: tensor-core MLA decode off
 };
@@ -244,6 +248,7 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3:
   opt.cache_tokens = cache_tokens;
   if (prefill_chunk > 0) opt.prefill_chunk = prefill_chunk;
   opt.int8_expert_x = fast.int8_experts;
+  opt.ternary_experts = fast.ternary_experts;
   opt.tc_mla_decode = !fast.exact_mla_decode;
   opt.cache_f16 = !fast.exact_mla_decode;  // the exact decode kernel on an f32 cache: the exact function
   opt.verbose = rank == 0;
@@ -292,6 +297,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_ASSIGN_OR_RETURN(int64_t prefill_chunk, args.Int("prefill-chunk", 0));
   CudaFastPaths fast;
   for (auto [name, flag] : {std::pair<const char*, bool*>{"int8-experts", &fast.int8_experts},
+                            std::pair<const char*, bool*>{"ternary-experts", &fast.ternary_experts},
                             std::pair<const char*, bool*>{"tc-mla-decode", &fast.tc_mla_decode},
                             std::pair<const char*, bool*>{"exact-mla-decode", &fast.exact_mla_decode}}) {
     *flag = args.Has(name);
@@ -311,9 +317,15 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   const std::string backend = args.Str("backend", "cpu");
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
-  if ((fast.int8_experts || fast.tc_mla_decode || fast.exact_mla_decode) && backend != "cuda") {
+  if ((fast.int8_experts || fast.ternary_experts || fast.tc_mla_decode || fast.exact_mla_decode) &&
+      backend != "cuda") {
     return absl::InvalidArgumentError(
-        "--int8-experts, --tc-mla-decode and --exact-mla-decode are options of the CUDA engine (--backend cuda)");
+        "--int8-experts, --ternary-experts, --tc-mla-decode and --exact-mla-decode are options of the CUDA engine "
+        "(--backend cuda)");
+  }
+  if (fast.ternary_experts && !fast.int8_experts) {
+    return absl::InvalidArgumentError("--ternary-experts needs --int8-experts (the experts' f32-input GEMVs read only "
+                                      "the ggml rows)");
   }
   if (fast.tc_mla_decode && fast.exact_mla_decode) {
     return absl::InvalidArgumentError("--tc-mla-decode and --exact-mla-decode exclude each other");

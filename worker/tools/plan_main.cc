@@ -4,6 +4,8 @@
 //
 //   k3-plan --real --quant UD-IQ1_S --ranks 8 --ctx 131072 --seqs 1
 //   k3-plan --model model.gguf --ranks 2 --ctx 8192 --seqs 16
+//   k3-plan --real --ternary-experts     (the routed experts' IQ1_S rows in the CUDA engine's ternary
+//                                         form, k3-worker --ternary-experts: 1.44x their bytes)
 #include <cstdio>
 
 #include "worker/common/cli_args.h"
@@ -16,7 +18,8 @@ namespace {
 
 constexpr char kUsage[] =
     "usage: k3-plan (--model FILE.gguf | --real [--quant UD-IQ1_S]) [--ranks N] [--expert-groups G]\n"
-    "               [--ctx TOKENS] [--seqs N] [--chunk TOKENS] [--gpu-gib GIB] [--reserve-gib GIB]\n";
+    "               [--ctx TOKENS] [--seqs N] [--chunk TOKENS] [--gpu-gib GIB] [--reserve-gib GIB]\n"
+    "               [--ternary-experts]\n";
 
 absl::Status Run(k3::CliArgs& args) {
   using namespace k3::model;
@@ -32,6 +35,7 @@ absl::Status Run(k3::CliArgs& args) {
   req.device_bytes = static_cast<uint64_t>(gpu_gib * kGiB);
   req.runtime_reserve = static_cast<uint64_t>(reserve_gib * kGiB);
   const bool real = args.Has("real");
+  req.ternary_experts = args.Has("ternary-experts");
   const std::string model_path = args.Str("model");
   const std::string quant = args.Str("quant", "UD-IQ1_S");
   K3_RETURN_IF_ERROR(args.Finish());

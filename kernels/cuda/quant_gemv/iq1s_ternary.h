@@ -26,17 +26,15 @@
 
 #include <cstdint>
 
+#include "kernels/quant/iq1s_ternary_layout.h"
+
 namespace k3::cuda {
 
-inline constexpr int64_t kIq1sTernaryBlockBytes = 72;
-// The widest rows a GEMV on the form takes (the lane-per-row kernel's; K3's experts are 3072 and 3584).
-inline constexpr int64_t kIq1sTernaryMaxCols = 3584;
-
-// Bytes of one row of `cols` weights (a multiple of 256) in the ternary form.
-constexpr int64_t Iq1sTernaryRowBytes(int64_t cols) {
-  const int64_t blocks = cols / 256;
-  return kIq1sTernaryBlockBytes * blocks + ((9 * blocks) % 2 == 0 ? 8 : 0);
-}
+// The form's sizes (kernels/quant/iq1s_ternary_layout.h, shared with the CPU-side fit check).
+using quant::Iq1sTernaryRowBytes;
+using quant::Iq1sTernaryTakesCols;
+using quant::kIq1sTernaryBlockBytes;
+using quant::kIq1sTernaryMaxCols;
 
 // `rows` IQ1_S rows of `cols` weights (dense: 50·cols/256 bytes each, from src) into the ternary
 // form at dst (Iq1sTernaryRowBytes(cols) bytes each). Host code: the reference the GPU form is
