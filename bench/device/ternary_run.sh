@@ -18,7 +18,7 @@
 #           bash bench/device/ternary_run.sh [kernels] [decode] [prefill] [ncu] [profile]  (with the second;
 #                                                            default: the first three)
 # The slice's 8 layers with the experts in the ternary form take ~67 GB of weights (K3_LAYERS=4 for
-# less); each run's output in $OUT/<tag>.txt; K3_REPS (default "a b") names the repeats of the A/B runs. A run is skipped once K3_GUARD_S seconds (default
+# less); each run's output in $OUT/<tag>.txt; K3_REPS (default "a b") names the repeats of the A/B runs, K3_BATCHES (default 1,16,64) the decode batches. A run is skipped once K3_GUARD_S seconds (default
 # 480) have passed.
 set -uo pipefail
 if [ "${1:-}" = pack ]; then
@@ -79,9 +79,9 @@ for phase in $PHASES; do
       grep -E "^expert" "$OUT/gemv.txt" | cut -c1-200 ;;
     decode)
       for r in ${K3_REPS:-a b}; do
-        run dec_ggml_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches 1,16,64
+        run dec_ggml_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches ${K3_BATCHES:-1,16,64}
         grep -E "^\| [0-9]+ \| [0-9]+ \||weights on" "$OUT/dec_ggml_$r.txt" | cut -c1-160
-        run dec_tern_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches 1,16,64 --ternary-experts
+        run dec_tern_$r 120 $B/k3_cuda_decode_bench $S --steps 32 --ctx 4096 --batches ${K3_BATCHES:-1,16,64} --ternary-experts
         grep -E "^\| [0-9]+ \| [0-9]+ \||weights on" "$OUT/dec_tern_$r.txt" | cut -c1-160
       done ;;
     prefill)  # PP4096 in one chunk, the grouped expert GEMMs on the ggml rows vs the ternary form
