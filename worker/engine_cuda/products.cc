@@ -68,24 +68,26 @@ bool SameShape(const DStack& gate, const DStack& up) {
          up.matrix_stride == gate.matrix_stride && (up.ternary == nullptr) == (gate.ternary == nullptr) &&
          up.ternary_stride == gate.ternary_stride;
 }
-// up's weights for a fused launch whose gate params are p (its ternary form where p reads gate's).
-const void* UpWeights(const DStack& up, const cuda::QuantGemvParams& p) { return p.iq1s_ternary ? up.ternary : up.data; }
+// up's weights for a fused launch whose gate params are p (its ternary form where p reads gate's;
+// SameShape: up has the form where gate has it). P: QuantGemvParams or QuantGemmParams.
+template <class P>
+const void* UpWeights(const DStack& up, const P& p) {
+  return p.iq1s_ternary ? up.ternary : up.data;
+}
 
-// A grouped expert product's params (GroupedProduct's arguments): on the stack's ternary form where
-// it has one and the product's kernel takes it (the IQ1_S wgmma kernel: the same f16 weights, so
-// the same bits as the ggml rows).
+// A grouped expert product's params (GroupedProduct's arguments), on the stack's ternary form where
+// it has one (then its only form; the IQ1_S wgmma kernel reads it, which CudaEngine::CheckTernary
+// made sure of at Open: the same f16 weights, so the same bits as the ggml rows).
 cuda::QuantGemmParams GroupedParams(const DStack& w, int64_t n_groups, const int32_t* offsets, const int32_t* x_rows,
                                     int64_t x_src_rows, const float* x, int64_t x_stride, float* y, int64_t y_stride,
                                     int64_t n_rows, const GemmScratch& ws) {
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n_rows);
   p.mat_stride_bytes = static_cast<int64_t>(w.matrix_stride);
   if (w.ternary != nullptr) {
-    cuda::QuantGemmParams t = p;
-    t.weight = w.ternary;
-    t.row_bytes = w.ternary_row_bytes;
-    t.mat_stride_bytes = static_cast<int64_t>(w.ternary_stride);
-    t.iq1s_ternary = true;
-    if (cuda::QuantGemmTakesTernary(t)) p = t;
+    p.weight = w.ternary;
+    p.row_bytes = w.ternary_row_bytes;
+    p.mat_stride_bytes = static_cast<int64_t>(w.ternary_stride);
+    p.iq1s_ternary = true;
   }
   p.x_rows = x_rows;
   p.x_src_rows = x_src_rows;
@@ -242,8 +244,8 @@ cudaError_t GroupedGateUpSitu(const DStack& gate, const DStack& up, int64_t n_gr
   const auto p = GroupedParams(gate, n_groups, offsets, x_rows, x_src_rows, x, x_stride, g, fw, n_rows, ws);
   if (fused && SameShape(gate, up) && cuda::QuantGemmGateUpSupports(p)) {
     const bool half = g_half != nullptr && wrote_half != nullptr && fw % 128 == 0;
-    const void* up_w = p.iq1s_ternary ? up.ternary : up.data;  // SameShape: up has the form where gate has it
-    const cuda::QuantGemmGateUpParams gu{p, up_w, c.situ_beta, c.situ_linear_beta, half ? g_half : nullptr};
+    const cuda::QuantGemmGateUpParams gu{p, UpWeights(up, p), c.situ_beta, c.situ_linear_beta,
+                                         half ? g_half : nullptr};
     const cudaError_t e = cuda::QuantGemmGateUpSitu(gu, s);
     if (e == cudaSuccess && half) *wrote_half = true;
     return e;

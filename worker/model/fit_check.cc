@@ -33,8 +33,7 @@ uint64_t WorkBytes(const K3Config& c, const FitRequest& r) {
 // enough: Iq1sTernaryTakesCols of its band's columns; down's FFN band cuts its columns), from its
 // bytes as ggml rows (50 per 256 weights).
 uint64_t TernaryRankBytes(const TensorSpec& spec, const RankPlan& plan, uint64_t ggml_bytes) {
-  const bool band_cuts_cols = spec.base == "ffn_down_exps";  // as SliceOf: down reads the FFN band
-  const int64_t cols = band_cuts_cols ? spec.ne[0] / plan.expert_bands() : spec.ne[0];
+  const int64_t cols = ExpertBandCutsColumns(spec) ? spec.ne[0] / plan.expert_bands() : spec.ne[0];
   if (!quant::Iq1sTernaryTakesCols(cols)) return ggml_bytes;
   const uint64_t rows = ggml_bytes / (static_cast<uint64_t>(cols) / 256 * 50);
   return rows * static_cast<uint64_t>(quant::Iq1sTernaryRowBytes(cols));

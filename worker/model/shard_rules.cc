@@ -14,6 +14,8 @@ bool Is(const TensorSpec& s, std::initializer_list<std::string_view> bases) {
 
 }  // namespace
 
+bool ExpertBandCutsColumns(const TensorSpec& spec) { return spec.base == "ffn_down_exps"; }
+
 ShardAxis AxisFor(const TensorSpec& s) {
   if (s.role == TensorRole::kExperts) return ShardAxis::kExperts;
   if (s.role == TensorRole::kHeadStack) return ShardAxis::kStack;
@@ -62,7 +64,7 @@ SliceRange SliceOf(const K3Config& c, const TensorSpec& spec, const RankShard& s
     r.dim = 2;
     r.begin = s.expert_begin;
     r.end = s.expert_begin + s.n_experts;
-    r.dim2 = spec.base == "ffn_down_exps" ? 0 : 1;  // down reads the FFN band, gate/up write it
+    r.dim2 = ExpertBandCutsColumns(spec) ? 0 : 1;
     r.begin2 = s.expert_ffn_begin;
     r.end2 = s.expert_ffn_begin + s.expert_ffn_width;
     return r;

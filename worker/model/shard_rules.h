@@ -60,6 +60,10 @@ struct SliceRange {
 };
 SliceRange SliceOf(const K3Config& config, const TensorSpec& spec, const RankShard& shard);
 
+// Whether an expert tensor's FFN band cuts its columns (ne[0]: ffn_down_exps reads the band) rather
+// than its rows (gate and up write it); SliceOf's dim2.
+bool ExpertBandCutsColumns(const TensorSpec& spec);
+
 // Checks that every split divides evenly and keeps quant blocks whole.
 absl::Status CheckPlan(const K3Config& config, const RankPlan& plan);
 

@@ -192,6 +192,12 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel)
   return d;
 }
 
+// The group's three weight values as two registers: .x = w(0)|w(0), .y = w(-1)|w(+1), computed with
+// the f16 decode's own instructions (so the same f16 values in both forms of the rows).
+__device__ __forceinline__ uint2 GroupValues(const Iq1sGroupF16& q) {
+  return make_uint2(AsU32(__hmul2(q.kd2, q.d2)), AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), q.k2, q.kd2), q.d2)));
+}
+
 // The 32 weights of group ib of the IQ1_S block at `blk` (shared, 2-byte aligned) as 16 f16 pairs:
 // pairs[4l + j] = weights 8l + 2j, 8l + 2j + 1 (low half first). !valid: all zeros (the scale is
 // taken as 0, so `blk` may hold anything; no branch around the decode). The four grid rows
@@ -201,8 +207,8 @@ __device__ __forceinline__ uint32_t Prmt(uint32_t lo, uint32_t hi, uint32_t sel)
 __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool valid, const uint32_t* code_grid,
                                                 uint32_t (&pairs)[16]) {
   const Iq1sGroupF16 q(blk, ib, valid);
-  const uint32_t lo = AsU32(__hmul2(q.kd2, q.d2));                                       // w(0), w(0)
-  const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), q.k2, q.kd2), q.d2));  // w(-1), w(+1)
+  const uint2 v = GroupValues(q);
+  const uint32_t lo = v.x, hi = v.y;  // w(0)|w(0), w(-1)|w(+1)
   const uint32_t h01 = (q.qh & 7u) | ((q.qh << 5) & 0x700u);          // bytes: qh bits 0-2, 3-5
   const uint32_t h23 = ((q.qh >> 6) & 7u) | ((q.qh >> 1) & 0x700u);   // bytes: qh bits 6-8, 9-11
   const uint32_t rows[4] = {__byte_perm(q.qs, h01, 0x7640u), __byte_perm(q.qs, h01, 0x7651u),
@@ -228,10 +234,8 @@ __device__ __forceinline__ void DecodeIq1sGroup(const uint8_t* blk, int ib, bool
 __device__ __forceinline__ void DecodeTernaryGroup(const uint8_t* blk, int ib, bool valid, uint32_t (&pairs)[16]) {
   const uint2 trits = *reinterpret_cast<const uint2*>(blk + 8 * ib);
   const uint2 hd = *reinterpret_cast<const uint2*>(blk + 64);  // the qh nibbles, then d
-  const Iq1sGroupF16 q(((hd.x >> (4 * ib)) & 15u) << 12, 0u, hd.y & 0xffffu, valid);
-  const uint32_t lo = AsU32(__hmul2(q.kd2, q.d2));                                       // w(0), w(0)
-  const uint32_t hi = AsU32(__hmul2(__hfma2(AsHalf2(0x3c00bc00u), q.k2, q.kd2), q.d2));  // w(-1), w(+1)
-  const uint32_t lo2 = Prmt(hi, lo, 0x5410u), hi2 = hi >> 16;  // w(-1)|w(0), w(+1)
+  const uint2 v = GroupValues(Iq1sGroupF16(((hd.x >> (4 * ib)) & 15u) << 12, 0u, hd.y & 0xffffu, valid));
+  const uint32_t lo2 = Prmt(v.y, v.x, 0x5410u), hi2 = v.y >> 16;  // w(-1)|w(0), w(+1)
 #pragma unroll
   for (int l = 0; l < 4; ++l) {
     const uint32_t word = l < 2 ? trits.x : trits.y;
