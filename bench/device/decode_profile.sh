@@ -6,6 +6,7 @@
 #   K3_BENCH_EXTRA=--int8-experts bash bench/device/decode_profile.sh     (more bench flags)
 #   K3_LAYERS=4 bash bench/device/decode_profile.sh                      (fewer layers: an 80 GB card)
 #   K3_PREFILL=4096 bash bench/device/decode_profile.sh                     (a prefill instead)
+#   K3_PROFILE_TAG=x_: the output files are $OUT/x_ncu_step.txt and $OUT/x_kernels_by_time.txt
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
 mkdir -p "$OUT"
@@ -25,10 +26,10 @@ fi
 # "--metrics gpu__time_duration.sum" times each kernel in one pass), plus e.g. "--launch-count 200".
 ncu --profile-from-start off --clock-control none --print-summary per-kernel ${K3_NCU_WHAT:---section SpeedOfLight} \
   $B/k3_cuda_decode_bench --preset slice --quant UD-IQ1_S $WHAT ${K3_BENCH_EXTRA:-} \
-  > "$OUT/ncu_step.txt" 2>&1
+  > "$OUT/${K3_PROFILE_TAG:-}ncu_step.txt" 2>&1
 echo "ncu rc=$?"
 # One line per kernel: invocations, mean duration (us), total (us), sorted by total.
-python3 - "$OUT/ncu_step.txt" <<'PY' | tee "$OUT/kernels_by_time.txt"
+python3 - "$OUT/${K3_PROFILE_TAG:-}ncu_step.txt" <<'PY' | tee "$OUT/${K3_PROFILE_TAG:-}kernels_by_time.txt"
 import re, sys
 name = None; rows = []
 for line in open(sys.argv[1], errors="replace"):

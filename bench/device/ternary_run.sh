@@ -15,7 +15,7 @@
 #           bash bench/device/ternary_run.sh pack kb      (-> .k3tern: the kernel test and both benchmarks,
 #                                                            ~22 MB: no golden model, no engine test)
 #   there:  bash bench/device/ternary_run.sh tests                        (with the first carry)
-#           bash bench/device/ternary_run.sh [kernels] [decode] [prefill] [ncu] [profile]  (with the second;
+#           bash bench/device/ternary_run.sh [kernels] [decode] [prefill] [ncu] [profile] [pprofile]  (with the second;
 #                                                            default: the first three)
 # The slice's 8 layers with the experts in the ternary form take ~67 GB of weights (K3_LAYERS=4 for
 # less); each run's output in $OUT/<tag>.txt; K3_REPS (default "a b") names the repeats of the A/B runs, K3_BATCHES (default 1,16,64) the decode batches. A run is skipped once K3_GUARD_S seconds (default
@@ -107,6 +107,9 @@ for phase in $PHASES; do
     profile)  # every kernel of one batch-1 step, ternary experts on: what is left to rank
       K3_CARRY=.k3tern K3_LAYERS=$L K3_NCU_WHAT="--metrics gpu__time_duration.sum" \
         K3_BENCH_EXTRA="--int8-experts --ternary-experts" timeout 200 bash "$(dirname "$0")/decode_profile.sh" 1 4096 | head -45 ;;
-    *) echo "unknown phase $phase (tests, kernels, decode, prefill, ncu, profile, engine_all)"; exit 2 ;;
+    pprofile)  # every kernel of a PP4096 prefill (4 layers: KDA 0-2, MLA 3), ternary experts on
+      K3_CARRY=.k3tern K3_PROFILE_TAG=pp_ K3_PREFILL=4096 K3_NCU_WHAT="--metrics gpu__time_duration.sum" \
+        K3_BENCH_EXTRA="--int8-experts --ternary-experts" timeout 200 bash "$(dirname "$0")/decode_profile.sh" | head -45 ;;
+    *) echo "unknown phase $phase (tests, kernels, decode, prefill, ncu, profile, pprofile, engine_all)"; exit 2 ;;
   esac
 done
