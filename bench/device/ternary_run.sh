@@ -14,8 +14,11 @@
 #                                                            with the working tree's disk blocks)
 #           bash bench/device/ternary_run.sh pack kb      (-> .k3tern: the kernel test and both benchmarks,
 #                                                            ~22 MB: no golden model, no engine test)
+#           bash bench/device/ternary_run.sh pack onekda  (-> .k3tern: the engine test, the golden model, the
+#                                                            decode bench and a test binary of the KDA and
+#                                                            ternary kernel tests only, ~59 MB)
 #   there:  bash bench/device/ternary_run.sh tests                        (with the first carry)
-#           bash bench/device/ternary_run.sh [kernels] [decode] [prefill] [ncu] [profile] [pprofile]  (with the second;
+#           bash bench/device/ternary_run.sh [kernels] [decode] [prefill] [pchunk] [ncu] [profile] [pprofile]  (with the second;
 #                                                            default: the first three)
 # The slice's 8 layers with the experts in the ternary form take ~67 GB of weights (K3_LAYERS=4 for
 # less); each run's output in $OUT/<tag>.txt; K3_REPS (default "a b") names the repeats of the A/B runs, K3_BATCHES (default 1,16,64) the decode batches. A run is skipped once K3_GUARD_S seconds (default
@@ -34,11 +37,16 @@ if [ "${1:-}" = pack ]; then
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
     kb)    bash bench/device/pack_bins.sh $dir kernels_cuda_test k3_cuda_gemv_bench k3_cuda_decode_bench ;;
+    onekda) bash bench/device/link_subset_test.sh kda_ternary_cuda_test kda_test iq1s_ternary_test
+           bash bench/device/pack_bins.sh $dir engine_cuda_test k3_cuda_decode_bench kda_ternary_cuda_test
+           mkdir -p $dir/golden
+           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
+              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
     onek)  bash bench/device/pack_bins.sh $dir kernels_cuda_test engine_cuda_test k3_cuda_decode_bench
            mkdir -p $dir/golden
            cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
               "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
-    *) echo "ternary_run.sh pack tests|bench|one|onek|kb"; exit 2 ;;
+    *) echo "ternary_run.sh pack tests|bench|one|onek|kb|onekda"; exit 2 ;;
   esac
   (cd $dir/lib && tar cJf ../libs.tar.xz ./* && rm -f ./*)  # the libraries xz-compressed
   du -sb $dir
@@ -70,8 +78,12 @@ for phase in $PHASES; do
         run kernel_tests 150 $B/kernels_cuda_test --gtest_filter='Iq1sTernary*:QuantGemvTest.Iq1s*:QuantGemvTest.K3ExpertsIQ1S_Int8X:QuantGemmTest.Iq1s*:QuantGemmTest.RejectsBadArguments'
         grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/kernel_tests.txt" | head -20
       fi
+      if [ -x $B/kda_ternary_cuda_test ]; then
+        run kda_ternary_tests 200 $B/kda_ternary_cuda_test --gtest_filter='CudaKdaTest.*:Iq1sTernary*'
+        grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|OK \]" "$OUT/kda_ternary_tests.txt" | cut -c1-160 | head -30
+      fi
       [ -x $B/engine_cuda_test ] || { echo "### engine_test: not carried"; continue; }
-      run engine_test 120 $B/engine_cuda_test --gtest_filter='*TernaryExperts*'
+      run engine_test 200 $B/engine_cuda_test --gtest_filter='*TernaryExperts*:*ChunkedKdaPrefillMatchesTokenByToken*'
       grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/engine_test.txt" | head ;;
     kernels)
       [ -x $B/k3_cuda_gemv_bench ] || { echo "### gemv: not carried"; continue; }
@@ -92,6 +104,13 @@ for phase in $PHASES; do
           grep -E -A3 "floor ms \(TFLOP\)|prefill per layer kind" "$OUT/pp_${t}_$r.txt" | grep -E "^\| [0-9]" | cut -c1-180
         done
       done ;;
+    pchunk)  # PP4096 in one chunk, the KDA recurrence token by token vs chunked on tensor cores
+      for r in ${K3_REPS:-a b}; do
+        for t in token chunked; do
+          run pp_kda_${t}_$r 150 $B/k3_cuda_decode_bench $S --batches 0 --prefill 4096 --chunk 4096 --$t-kda
+          grep -E -A3 "floor ms \(TFLOP\)|prefill per layer kind" "$OUT/pp_kda_${t}_$r.txt" | grep -E "^\| [0-9]" | cut -c1-180
+        done
+      done ;;
     ncu)
       M=gpu__time_duration.sum,sm__inst_executed.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__issue_active.avg.pct_of_peak_sustained_active
       for t in ggml tern; do
@@ -110,6 +129,6 @@ for phase in $PHASES; do
     pprofile)  # every kernel of a PP4096 prefill (4 layers: KDA 0-2, MLA 3), ternary experts on
       K3_CARRY=.k3tern K3_PROFILE_TAG=pp_ K3_PREFILL=4096 K3_NCU_WHAT="--metrics gpu__time_duration.sum" \
         K3_BENCH_EXTRA="--int8-experts --ternary-experts" timeout 200 bash "$(dirname "$0")/decode_profile.sh" | head -45 ;;
-    *) echo "unknown phase $phase (tests, kernels, decode, prefill, ncu, profile, pprofile, engine_all)"; exit 2 ;;
+    *) echo "unknown phase $phase (tests, kernels, decode, prefill, pchunk, ncu, profile, pprofile, engine_all)"; exit 2 ;;
   esac
 done

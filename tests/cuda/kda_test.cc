@@ -1,6 +1,6 @@
 // KdaDecode against k3::cpu::KdaRecurrent (one token per sequence, 96 heads of 128 x 128, state
 // slots permuted, several steps so the state is carried; and runs of many tokens per sequence,
-// the prefill form), and KdaGate against the engine's
+// the prefill form, token by token and chunked on tensor cores), and KdaGate against the engine's
 // formula (worker/engine/kda_layer.cc). The CPU sums in double, the GPU in f32: outputs and
 // states within 2e-5 of the largest |value|.
 #include <cmath>
@@ -21,9 +21,12 @@ namespace {
 // `launches` consecutive launches of n_tokens per sequence each: decode steps (n_tokens = 1) or
 // prefill runs (rows [seq][token]); the state is carried over the run and from launch to launch.
 // Outputs and states within 2e-5 (one token) / 5e-5 (runs) of the largest |value|.
-void RunKda(int64_t n_heads, int64_t dk, int64_t dv, int64_t n_seqs, int64_t n_tokens, int launches, uint64_t seed) {
+// chunked: KdaDecodeParams::chunked (the tensor-core chunked form where it takes the run); the log
+// decays drawn from [g_lo, g_hi].
+void RunKda(int64_t n_heads, int64_t dk, int64_t dv, int64_t n_seqs, int64_t n_tokens, int launches, uint64_t seed,
+            bool chunked = false, double g_lo = -5.0, double g_hi = 0.0) {
   SCOPED_TRACE(::testing::Message() << "heads " << n_heads << " dk " << dk << " dv " << dv << " seqs " << n_seqs
-                                    << " tokens " << n_tokens);
+                                    << " tokens " << n_tokens << (chunked ? " chunked" : "") << " g in " << g_lo << ".." << g_hi);
   const double tol = n_tokens == 1 ? 2e-5 : 5e-5;
   std::mt19937_64 rng(seed);
   const int64_t n_slots = n_seqs + 1, slot_stride = n_heads * dk * dv + 32;
@@ -43,7 +46,7 @@ void RunKda(int64_t n_heads, int64_t dk, int64_t dv, int64_t n_seqs, int64_t n_t
         cpu::L2Norm(&k[r * qks + h * dk], 1e-5f, dk, &k[r * qks + h * dk]);
       }
     }
-    const auto g = Uniform(rng, rows * qks, -5.0, 0.0);
+    const auto g = Uniform(rng, rows * qks, g_lo, g_hi);
     const auto v = Normal(rng, rows * vs);
     const auto beta = Uniform(rng, rows * bs, 0.0, 1.0);
     DeviceBuffer<float> dq(q), dk_(k), dg(g), dvv(v), db(beta), dout(rows * os);
@@ -68,6 +71,7 @@ void RunKda(int64_t n_heads, int64_t dk, int64_t dv, int64_t n_seqs, int64_t n_t
     p.beta_stride = bs;
     p.out_stride = os;
     p.scale = scale;
+    p.chunked = chunked;
     K3_ASSERT_LAUNCH(KdaDecode(p, nullptr));
     const auto out = dout.Download();
     std::vector<float> got, ref;
@@ -101,6 +105,47 @@ TEST(CudaKdaTest, PrefillRunsOtherShapes) {
   K3_REQUIRE_GPU();
   RunKda(4, kHeadDim, kHeadDim, 3, 17, 2, 23);  // golden model: 4 heads
   RunKda(3, 64, 96, 2, 9, 2, 24);
+}
+
+// The chunked tensor-core form (kda_chunked.cu) against the token-by-token CPU reference: runs
+// ending inside a chunk (300 = 18 x 16 + 12, 33, 17), several sequences with permuted slots, the
+// state carried across launches, a long run, and strong decays (every g near the K3 gate's -5).
+TEST(CudaKdaTest, ChunkedPrefillK3Shape) {
+  K3_REQUIRE_GPU();
+  RunKda(kHeads, kHeadDim, kHeadDim, 1, 300, 2, 31, true);
+  RunKda(kHeads, kHeadDim, kHeadDim, 2, 33, 2, 32, true);
+  RunKda(4, kHeadDim, kHeadDim, 3, 17, 2, 33, true);  // golden model: 4 heads
+  RunKda(8, kHeadDim, kHeadDim, 1, 2048, 1, 34, true);
+  RunKda(8, kHeadDim, kHeadDim, 1, 160, 2, 35, true, -5.0, -4.99);
+}
+
+// Where the chunked form does not take a run, KdaDecode runs the token-by-token kernel.
+TEST(CudaKdaTest, ChunkedTakesOnlyK3ShapedAlignedRuns) {
+  K3_REQUIRE_GPU();
+  RunKda(3, 64, 96, 2, 9, 2, 36, true);
+  RunKda(kHeads, kHeadDim, kHeadDim, 2, 1, 2, 37, true);  // decode: one token
+  alignas(16) float buf[8] = {};
+  KdaDecodeParams p;
+  p.q = p.k = p.g = p.v = buf;
+  p.n_seqs = 1;
+  p.n_heads = kHeads;
+  p.dk = p.dv = kHeadDim;
+  p.n_tokens = 64;
+  p.qk_stride = p.v_stride = kHeads * kHeadDim;
+  EXPECT_FALSE(KdaChunkedTakes(p));  // not asked
+  p.chunked = true;
+  EXPECT_TRUE(KdaChunkedTakes(p));
+  p.n_tokens = 1;
+  EXPECT_FALSE(KdaChunkedTakes(p));
+  p.n_tokens = 64;
+  p.qk_stride += 2;  // rows no longer 16-byte aligned
+  EXPECT_FALSE(KdaChunkedTakes(p));
+  p.qk_stride -= 2;
+  p.v = buf + 1;
+  EXPECT_FALSE(KdaChunkedTakes(p));
+  p.v = buf;
+  p.dv = 64;
+  EXPECT_FALSE(KdaChunkedTakes(p));
 }
 
 TEST(CudaKdaTest, DecodeK3Shape) {

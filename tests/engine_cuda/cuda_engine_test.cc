@@ -511,6 +511,52 @@ TEST_F(CudaGoldenTest, FastPrefillAtLeastAsCloseAsLlamaCpp) {
   }
 }
 
+// chunked_kda: prefill runs' KDA recurrence in chunks of 16 tokens on tensor cores (3xTF32, another
+// summation order). Every golden prompt prefilled with the token-by-token kernel and with the
+// chunked one in the same fast prefill: within the bars that two summation orders of these paths
+// keep (FastPrefillAtLeastAsCloseAsLlamaCpp); with exact_prefill the engine keeps the token-by-token
+// kernel (the same bits with the option on).
+TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
+  for (bool exact : {false, true}) {
+    CudaEngineOptions opt = ReferenceOptions(false, true, 512, exact);
+    auto token = OpenWith(opt);
+    opt.chunked_kda = true;
+    auto chunked = OpenWith(opt);
+    ASSERT_TRUE(token && chunked);
+    ASSERT_TRUE(chunked->config().has_gate_lower_bound);  // the gate the chunked form needs
+    std::vector<float> t_all, c_all;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      const auto t = RunPrompt(*token, prompts_[p], 940 + p);
+      const auto c = RunPrompt(*chunked, prompts_[p], 950 + p);
+      t_all.insert(t_all.end(), t.begin(), t.end());
+      c_all.insert(c_all.end(), c.begin(), c.end());
+    }
+    ASSERT_EQ(t_all.size(), c_all.size());
+    if (exact) {
+      EXPECT_EQ(0, std::memcmp(t_all.data(), c_all.data(), t_all.size() * sizeof(float)))
+          << "exact prefill: chunked_kda changed the token-by-token path";
+    } else {
+      EXPECT_NE(0, std::memcmp(t_all.data(), c_all.data(), t_all.size() * sizeof(float)))
+          << "fast prefill: chunked_kda did not take the runs";
+      Bars(t_all, c_all, chunked->config().vocab, "chunked vs token-by-token KDA prefill", 2e-2, 1.0, 0.95);
+    }
+  }
+}
+
+// The chunked KDA prefill held to llama.cpp's closeness to ref-a.
+TEST_F(CudaGoldenTest, ChunkedKdaPrefillAtLeastAsCloseAsLlamaCpp) {
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+  opt.chunked_kda = true;
+  auto e = OpenWith(opt);
+  ASSERT_NE(e, nullptr);
+  std::vector<float> got_all;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto got = RunPrompt(*e, prompts_[p], 960 + p);
+    got_all.insert(got_all.end(), got.begin(), got.end());
+  }
+  ExpectAtLeastAsCloseAsLlamaCpp(got_all, e->config().vocab, "chunked KDA prefill");
+}
+
 // Prefill chunks with MLA attention decompressed (mla_mha_min_rows; kernels/cuda/mla/
 // mla_prefill_mha.h): per head K = k_bᵀ·latent | k_pe and V = v_b·latent on cuBLAS, then f16
 // flash attention. Every prompt of more than 32 rows takes it here (33: the tile-GEMM limit, and

@@ -70,6 +70,11 @@ struct CudaEngineOptions {
   // tensor cores (weights and activations rounded to f16, f32 accumulation: ~3e-4 relative per
   // product); exact_prefill keeps them on the f32 GEMV (exact up to summation order, slow).
   bool exact_prefill = false;
+  // Prefill runs (more than one token per sequence) compute the KDA recurrence in chunks of 16
+  // tokens on tensor cores (cuda::KdaChunked: 3xTF32, ~f32 accuracy; another summation order than
+  // the token-by-token kernel) where the model's gate keeps every log decay >= -8 (K3: >= -5) and
+  // not with exact_prefill. Off: the token-by-token kernel (the A/B switch of the benchmarks).
+  bool chunked_kda = false;
   // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.

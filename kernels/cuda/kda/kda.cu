@@ -194,6 +194,7 @@ cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream) {
     return cudaErrorInvalidValue;
   }
   if (p.n_seqs > 65535 || p.n_heads > 65535) return cudaErrorInvalidValue;
+  if (KdaChunkedTakes(p)) return KdaChunked(p, stream);
   const dim3 grid(static_cast<unsigned>(detail::CeilDiv(p.dv, kTileJ)), static_cast<unsigned>(p.n_heads),
                   static_cast<unsigned>(p.n_seqs));
   K3_CUDA_CHECK(LaunchKernel(KdaRunKernel, grid, kWarps * 32, 0, stream, p));

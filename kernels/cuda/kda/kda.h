@@ -32,8 +32,20 @@ struct KdaDecodeParams {
   int64_t beta_stride;          // floats between sequence rows of beta
   int64_t out_stride;           // floats between sequence rows of out
   float scale;                  // 1/sqrt(dk)
+  // Runs of more than one token take the chunked tensor-core form (kda_chunked.cu: 16 tokens at a
+  // time, ~f32 accuracy but not this kernel's bits) where KdaChunkedTakes. Needs every g >=
+  // -kKdaChunkedMaxDecay (its decays factor around a chunk's middle token; K3's gate is >= -5).
+  bool chunked = false;
 };
 cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream);
+
+// The largest -g per token the chunked form takes: e^{8 · 8} stays far inside f32's range.
+inline constexpr float kKdaChunkedMaxDecay = 8.0f;
+// Whether KdaDecode runs `p` on the chunked form: p.chunked, a run of > 1 token, dk = dv = 128,
+// q, k, g and v rows 16-byte aligned.
+bool KdaChunkedTakes(const KdaDecodeParams& p);
+// The chunked form itself (KdaDecode calls it; p as KdaChunkedTakes accepts).
+cudaError_t KdaChunked(const KdaDecodeParams& p, cudaStream_t stream);
 
 // The decay gate per key channel (as worker/engine/kda_layer.cc computes it):
 //   x = pre + dt_bias;  g = has_lower_bound ? lower_bound · sigmoid(-(a[head] · x))   (K3: -5)
