@@ -85,6 +85,11 @@ for phase in $PHASES; do
       [ -x $B/engine_cuda_test ] || { echo "### engine_test: not carried"; continue; }
       run engine_test 200 $B/engine_cuda_test --gtest_filter='*TernaryExperts*:*ChunkedKdaPrefillMatchesTokenByToken*'
       grep -E "^\[  (PASSED|FAILED)|FAILED|Failure" "$OUT/engine_test.txt" | head ;;
+    kdaquick)  # the chunked KDA's kernel tests and its engine test only
+      [ -x $B/kda_ternary_cuda_test ] && run kda_tests 100 $B/kda_ternary_cuda_test --gtest_filter='CudaKdaTest.Chunked*'
+      [ -x $B/kda_ternary_cuda_test ] && grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|OK \]" "$OUT/kda_tests.txt" | cut -c1-200 | head -20
+      [ -x $B/engine_cuda_test ] && run engine_kda 100 $B/engine_cuda_test --gtest_filter='*ChunkedKdaPrefillMatchesTokenByToken*'
+      [ -x $B/engine_cuda_test ] && grep -E "^\[  (PASSED|FAILED)|FAILED|Failure|OK \]|relL2|top" "$OUT/engine_kda.txt" | cut -c1-200 | head -20 ;;
     kernels)
       [ -x $B/k3_cuda_gemv_bench ] || { echo "### gemv: not carried"; continue; }
       run gemv 120 $B/k3_cuda_gemv_bench --only=int8x
@@ -129,6 +134,6 @@ for phase in $PHASES; do
     pprofile)  # every kernel of a PP4096 prefill (4 layers: KDA 0-2, MLA 3), ternary experts on
       K3_CARRY=.k3tern K3_PROFILE_TAG=pp_ K3_PREFILL=4096 K3_NCU_WHAT="--metrics gpu__time_duration.sum" \
         K3_BENCH_EXTRA="--int8-experts --ternary-experts" timeout 200 bash "$(dirname "$0")/decode_profile.sh" | head -45 ;;
-    *) echo "unknown phase $phase (tests, kernels, decode, prefill, pchunk, ncu, profile, pprofile, engine_all)"; exit 2 ;;
+    *) echo "unknown phase $phase (tests, kdaquick, kernels, decode, prefill, pchunk, ncu, profile, pprofile, engine_all)"; exit 2 ;;
   esac
 done
