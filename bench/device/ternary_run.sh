@@ -26,26 +26,23 @@
 set -uo pipefail
 if [ "${1:-}" = pack ]; then
   dir=.k3tern
+  golden() {  # the golden model and its prompts (what the engine tests read there)
+    mkdir -p $dir/golden
+    cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
+       "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/
+  }
   case "${2:-}" in
     tests) bash bench/device/pack_bins.sh $dir kernels_cuda_test engine_cuda_test
-           mkdir -p $dir/golden
-           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
-              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+           golden ;;
     bench) bash bench/device/pack_bins.sh $dir k3_cuda_gemv_bench k3_cuda_decode_bench ;;
     one)   bash bench/device/pack_bins.sh $dir engine_cuda_test k3_cuda_decode_bench
-           mkdir -p $dir/golden
-           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
-              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+           golden ;;
     kb)    bash bench/device/pack_bins.sh $dir kernels_cuda_test k3_cuda_gemv_bench k3_cuda_decode_bench ;;
     onekda) bash bench/device/link_subset_test.sh kda_ternary_cuda_test kda_test iq1s_ternary_test
            bash bench/device/pack_bins.sh $dir engine_cuda_test k3_cuda_decode_bench kda_ternary_cuda_test
-           mkdir -p $dir/golden
-           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
-              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+           golden ;;
     onek)  bash bench/device/pack_bins.sh $dir kernels_cuda_test engine_cuda_test k3_cuda_decode_bench
-           mkdir -p $dir/golden
-           cp "${K3_SHARED_DIR:-../shared}/data/golden/k3-golden-a.gguf" \
-              "${K3_SHARED_DIR:-../shared}/data/golden/prompts-a.txt" $dir/golden/ ;;
+           golden ;;
     *) echo "ternary_run.sh pack tests|bench|one|onek|kb|onekda"; exit 2 ;;
   esac
   (cd $dir/lib && tar cJf ../libs.tar.xz ./* && rm -f ./*)  # the libraries xz-compressed

@@ -95,6 +95,24 @@ __device__ __forceinline__ void AccAsA(const float (&c)[4], uint32_t (&hi)[4], u
   Split(c[3], hi[3], lo[3]);  // (row g + 8, slot tig + 4) <- (row g + 8, 2·tig + 1)
 }
 
+// c[nb] (columns x tokens 8 nb .. 8 nb + 7) += a · m^T over the chunk's 16 tokens s: a[kb] holds tokens
+// 8 kb .. 8 kb + 7 of the A operand (AccAsA), m a [token t][token s] matrix in shared memory.
+__device__ __forceinline__ void AddTokenProduct(float (&c)[2][4], const uint32_t (&ah)[2][4], const uint32_t (&al)[2][4],
+                                                const float (*m)[kTokPad], int gid, int tig) {
+#pragma unroll
+  for (int kb = 0; kb < 2; ++kb) {
+    const int sc = kb * 8 + 2 * tig;
+#pragma unroll
+    for (int nb = 0; nb < 2; ++nb) {
+      const float2 bb = *reinterpret_cast<const float2*>(&m[nb * 8 + gid][sc]);
+      uint32_t bh0, bl0, bh1, bl1;
+      Split(bb.x, bh0, bl0);
+      Split(bb.y, bh1, bl1);
+      Mma3(c[nb], ah[kb], al[kb], bh0, bh1, bl0, bl1);
+    }
+  }
+}
+
 __device__ __forceinline__ void CpAsync4Zfill(float* dst, const float* src, bool valid) {
   const uint32_t d = ptx::SmemAddr(dst);
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0) : "memory");
@@ -278,38 +296,17 @@ __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeP
         r[nb][2] = sm.vd[t][col + 8] - w[nb][2];
         r[nb][3] = sm.vd[t + 1][col + 8] - w[nb][3];
       }
-#pragma unroll
-      for (int kb = 0; kb < 2; ++kb) {
-        uint32_t ah[4], al[4];
-        AccAsA(r[kb], ah, al);
-        const int sc = kb * 8 + 2 * tig;
-#pragma unroll
-        for (int nb = 0; nb < 2; ++nb) {
-          float2 bb = *reinterpret_cast<const float2*>(&sm.tm[nb * 8 + gid][sc]);
-          uint32_t bh0, bl0, bh1, bl1;
-          Split(bb.x, bh0, bl0);
-          Split(bb.y, bh1, bl1);
-          Mma3(u[nb], ah, al, bh0, bh1, bl0, bl1);
-        }
-      }
+      uint32_t rh[2][4], rl[2][4];
+      AccAsA(r[0], rh[0], rl[0]);
+      AccAsA(r[1], rh[1], rl[1]);
+      AddTokenProduct(u, rh, rl, sm.tm, gid, tig);
     }
 
     // O^T = scale (Y^T + U^T Mq^T); the state update S^T = S^T diag(e^{b_last}) + U^T Kend.
     uint32_t uh[2][4], ul[2][4];
     AccAsA(u[0], uh[0], ul[0]);
     AccAsA(u[1], uh[1], ul[1]);
-#pragma unroll
-    for (int kb = 0; kb < 2; ++kb) {
-      const int sc = kb * 8 + 2 * tig;
-#pragma unroll
-      for (int nb = 0; nb < 2; ++nb) {
-        float2 bb = *reinterpret_cast<const float2*>(&sm.mq[nb * 8 + gid][sc]);
-        uint32_t bh0, bl0, bh1, bl1;
-        Split(bb.x, bh0, bl0);
-        Split(bb.y, bh1, bl1);
-        Mma3(yv[nb], uh[kb], ul[kb], bh0, bh1, bl0, bl1);
-      }
-    }
+    AddTokenProduct(yv, uh, ul, sm.mq, gid, tig);
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
