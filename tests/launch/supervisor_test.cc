@@ -98,12 +98,17 @@ TEST_F(LaunchSupervisorTest, SessionHoldsRanksInTheirOwnProcessGroups) {
   auto child = ChildProcess::Start(
       Command{"job", {"bash", "-c", "set -m; sleep 300 & sleep 300 & wait"}, {{"K3_TEST_MARK", dir}}, dir + "/job.log", ""});
   ASSERT_TRUE(child.ok()) << child.status();
-  for (int i = 0; i < 50 && SessionMembers(child->pid()).size() < 3; ++i) std::this_thread::sleep_for(milliseconds(20));
-  const auto members = SessionMembers(child->pid());
-  ASSERT_EQ(members.size(), 3u);
-  int own_groups = 0;
-  for (pid_t p : members) own_groups += getpgid(p) != child->pid();
-  EXPECT_EQ(own_groups, 2);  // killpg of the child alone would miss them
+  // A forked job is a session member a moment before bash (or the job itself) has moved it into
+  // its own group, so wait for both: three members, two of them outside the child's group.
+  const auto own_groups = [&] {
+    int n = 0;
+    for (pid_t p : SessionMembers(child->pid())) n += getpgid(p) != child->pid();
+    return n;
+  };
+  for (int i = 0; i < 100 && (SessionMembers(child->pid()).size() < 3 || own_groups() < 2); ++i)
+    std::this_thread::sleep_for(milliseconds(20));
+  ASSERT_EQ(SessionMembers(child->pid()).size(), 3u);
+  EXPECT_EQ(own_groups(), 2);  // killpg of the child alone would miss them
   EXPECT_EQ(child->Signal(SIGKILL), 3);
   waitpid(child->pid(), nullptr, 0);
   for (int i = 0; i < 100 && child->SessionAlive(); ++i) std::this_thread::sleep_for(milliseconds(20));
