@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "tests/synth/synth_test_util.h"
+#include "worker/common/tiktoken_ranks.h"
 #include "worker/gguf/gguf_file.h"
 #include "worker/model/k3_config.h"
 
@@ -52,20 +53,20 @@ TEST(TiktokenVocab, ByteMapIsGpt2s) {
 
 TEST(TiktokenVocab, ParsesAllThreeRankFileForms) {
   const std::vector<std::string> ranks = SmallRanks();
-  auto a = ParseRankFile(TiktokenText(ranks));
+  auto a = ParseTiktokenRanks(TiktokenText(ranks));
   ASSERT_TRUE(a.ok()) << a.status();
   EXPECT_EQ(*a, ranks);
   std::string bang = "! 0";
   for (const std::string& t : ranks) absl::StrAppend(&bang, " ", B64(t));
-  auto b = ParseRankFile(bang);
+  auto b = ParseTiktokenRanks(bang);
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(*b, ranks);
-  auto c = ParseRankFile(absl::StrCat("{\"pat_str\":\"x\",\"special_tokens\":{},\"bpe_ranks\":\"", bang, "\"}"));
+  auto c = ParseTiktokenRanks(absl::StrCat("{\"pat_str\":\"x\",\"special_tokens\":{},\"bpe_ranks\":\"", bang, "\"}"));
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(*c, ranks);
-  EXPECT_FALSE(ParseRankFile("YQ== 0\nYg== 2\n").ok());  // rank 1 missing
-  EXPECT_FALSE(ParseRankFile("YQ== 0\nYQ== 0\n").ok());  // rank given twice
-  EXPECT_FALSE(ParseRankFile("!!!! 0\n").ok());          // bad base64
+  EXPECT_FALSE(ParseTiktokenRanks("YQ== 0\nYg== 2\n").ok());  // rank 1 missing
+  EXPECT_FALSE(ParseTiktokenRanks("YQ== 0\nYQ== 0\n").ok());  // rank given twice
+  EXPECT_FALSE(ParseTiktokenRanks("!!!! 0\n").ok());          // bad base64
 }
 
 TEST(TiktokenVocab, MergesFollowTheRanks) {

@@ -26,6 +26,21 @@ TEST(TiktokenRanks, ParsesNpmCompressedLines) {
   EXPECT_EQ(*mixed, *r);
 }
 
+TEST(TiktokenRanks, SkipsBlankLinesOfSpacesAndTabs) {
+  auto r = ParseTiktokenRanks("IQ== 0\n   \n\t\nIA==\t1\n \r\naGk= 2\n");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (std::vector<std::string>{"!", " ", "hi"}));
+}
+
+TEST(TiktokenRanks, ParsesTheNpmJsonFile) {
+  auto r = ParseTiktokenRanks(" {\"pat_str\":\"x\",\"bpe_ranks\" : \"! 0 IQ== IA== aGk=\"}");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*r, (std::vector<std::string>{"!", " ", "hi"}));
+  EXPECT_FALSE(ParseTiktokenRanks("{\"pat_str\":\"x\"}").ok());         // no bpe_ranks
+  EXPECT_FALSE(ParseTiktokenRanks("{\"bpe_ranks\": \"! 0 IQ==").ok());  // unterminated
+  EXPECT_FALSE(ParseTiktokenRanks("{\"bpe_ranks\"").ok());               // nothing after the key
+}
+
 TEST(TiktokenRanks, Errors) {
   EXPECT_FALSE(ParseTiktokenRanks("").ok());
   EXPECT_FALSE(ParseTiktokenRanks("IQ== 0\naGk= 2").ok());  // rank 1 missing

@@ -1,50 +1,11 @@
 #include "worker/synth/tiktoken_vocab.h"
 
-#include <fstream>
-#include <limits>
-#include <sstream>
-
 #include "absl/container/flat_hash_map.h"
-#include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
+#include "worker/common/tiktoken_ranks.h"
 
 namespace k3::synth {
 namespace {
-
-absl::string_view Absl(std::string_view s) { return {s.data(), s.size()}; }
-
-absl::Status LineError(size_t line_no, const std::string& what) {
-  return absl::InvalidArgumentError(absl::StrCat("tiktoken ranks, line ", line_no, ": ", what));
-}
-
-absl::Status Put(int64_t rank, std::string bytes, size_t line_no, std::vector<std::string>* by_rank,
-                 std::vector<bool>* seen) {
-  if (rank < 0 || rank >= std::numeric_limits<int32_t>::max()) {
-    return LineError(line_no, absl::StrCat("rank ", rank, " out of range"));
-  }
-  const auto r = static_cast<size_t>(rank);
-  if (r >= by_rank->size()) {
-    by_rank->resize(r + 1);
-    seen->resize(r + 1, false);
-  }
-  if ((*seen)[r]) return LineError(line_no, absl::StrCat("rank ", rank, " given twice"));
-  (*seen)[r] = true;
-  (*by_rank)[r] = std::move(bytes);
-  return absl::OkStatus();
-}
-
-// The npm package's JSON: the value of "bpe_ranks" (base64, spaces and '!' only: no escapes).
-absl::StatusOr<std::string_view> BpeRanksOfJson(std::string_view json) {
-  constexpr std::string_view kKey = "\"bpe_ranks\"";
-  size_t p = json.find(kKey);
-  if (p == std::string_view::npos) return absl::InvalidArgumentError("JSON rank file without \"bpe_ranks\"");
-  p = json.find('"', json.find(':', p + kKey.size()));
-  const size_t end = p == std::string_view::npos ? p : json.find('"', p + 1);
-  if (end == std::string_view::npos) return absl::InvalidArgumentError("unterminated \"bpe_ranks\" string");
-  return json.substr(p + 1, end - p - 1);
-}
 
 // Code point of byte b under GPT-2's map: printable Latin-1 stands for itself, the other 68
 // bytes take U+0100.. in byte order.
@@ -92,52 +53,6 @@ constexpr int kBosOffset = 0, kEosOffset = 2;
 constexpr int32_t kTypeNormal = 1, kTypeControl = 3;
 
 }  // namespace
-
-absl::StatusOr<std::vector<std::string>> ParseRankFile(std::string_view contents) {
-  const size_t first = contents.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && contents[first] == '{') {
-    absl::StatusOr<std::string_view> ranks = BpeRanksOfJson(contents);
-    if (!ranks.ok()) return ranks.status();
-    contents = *ranks;
-  }
-  std::vector<std::string> by_rank;
-  std::vector<bool> seen;
-  size_t line_no = 0;
-  for (absl::string_view line : absl::StrSplit(Absl(contents), '\n')) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (line.empty()) continue;
-    const std::vector<absl::string_view> fields = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    if (fields.empty()) continue;
-    std::string bytes;
-    if (fields[0] == "!") {
-      int64_t rank = 0;
-      if (fields.size() < 2 || !absl::SimpleAtoi(fields[1], &rank)) {
-        return LineError(line_no, "\"!\" line without a first rank");
-      }
-      for (size_t k = 2; k < fields.size(); ++k, ++rank) {
-        if (!absl::Base64Unescape(fields[k], &bytes)) {
-          return LineError(line_no, absl::StrCat("bad base64 \"", fields[k], "\""));
-        }
-        if (absl::Status s = Put(rank, std::move(bytes), line_no, &by_rank, &seen); !s.ok()) return s;
-      }
-      continue;
-    }
-    int64_t rank = 0;
-    if (fields.size() != 2 || !absl::SimpleAtoi(fields[1], &rank)) {
-      return LineError(line_no, "expected \"<base64> <rank>\"");
-    }
-    if (!absl::Base64Unescape(fields[0], &bytes)) {
-      return LineError(line_no, absl::StrCat("bad base64 \"", fields[0], "\""));
-    }
-    if (absl::Status s = Put(rank, std::move(bytes), line_no, &by_rank, &seen); !s.ok()) return s;
-  }
-  for (size_t r = 0; r < seen.size(); ++r) {
-    if (!seen[r]) return absl::InvalidArgumentError(absl::StrCat("tiktoken ranks: rank ", r, " is missing"));
-  }
-  if (by_rank.empty()) return absl::InvalidArgumentError("tiktoken ranks: no tokens");
-  return by_rank;
-}
 
 std::string GgufTokenString(std::string_view bytes) {
   std::string out;
@@ -223,13 +138,8 @@ std::string GuessPreTokenizer(std::string_view path, int64_t n_ranks) {
 }
 
 absl::StatusOr<GgufVocab> LoadTiktokenVocab(const std::string& path, int64_t vocab_size, std::string pre) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat("cannot open rank file ", path));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string contents = ss.str();
-  absl::StatusOr<std::vector<std::string>> ranked = ParseRankFile(contents);
-  if (!ranked.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", ranked.status().message()));
+  absl::StatusOr<std::vector<std::string>> ranked = ReadTiktokenRanksFile(path);
+  if (!ranked.ok()) return ranked.status();
   const auto n = static_cast<int64_t>(ranked->size());
   if (pre.empty()) pre = GuessPreTokenizer(path, n);
   return VocabFromRanks(*ranked, vocab_size > 0 ? vocab_size : DefaultVocabSize(n), std::move(pre));

@@ -8,8 +8,9 @@
 //   n+11..15 <|tool_calls_section_begin|> .. <|tool_call_end|>   n+17 <|im_middle|>
 //   vocab-2 [UNK]   vocab-1 [PAD] (= PAD id)
 //
-// (coordinator/tokenizer has a rank parser too, but the worker must build without the
-// coordinator, so this module keeps its own small copy of the byte map.)
+// The rank file is read by k3::ReadTiktokenRanksFile (worker/common/tiktoken_ranks.h, shared with
+// the tokenizer's tests). coordinator/tokenizer has the byte map too, but the worker builds without
+// the coordinator, so this module keeps its own small copy of it.
 #pragma once
 
 #include <cstdint>
@@ -29,11 +30,6 @@ struct GgufVocab {
   int64_t n_ranks = 0;               // mergeable tokens (ids 0..n_ranks-1)
   int64_t bos_id = -1, eos_id = -1, pad_id = -1;
 };
-
-// Token bytes by rank. Accepts .tiktoken lines "<base64> <rank>", the npm tiktoken package's
-// "! <first rank> <base64> <base64> ..." lines, and that package's encoders/*.json (its
-// "bpe_ranks" string). Ranks must be exactly 0..n-1.
-absl::StatusOr<std::vector<std::string>> ParseRankFile(std::string_view contents);
 
 // GPT-2's byte->unicode map: the string GGUF stores for a token's bytes (valid UTF-8).
 std::string GgufTokenString(std::string_view bytes);
