@@ -33,34 +33,36 @@ size_t Utf8SequenceLength(std::string_view s, size_t i) {
   return len;
 }
 
+// The escapes both quoted forms write the same way, or nullptr.
+const char* ShortEscape(char c) {
+  switch (c) {
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\t':
+      return "\\t";
+    case '\r':
+      return "\\r";
+    default:
+      return nullptr;
+  }
+}
+
 }  // namespace
 
 std::string QuoteForDisplay(std::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     const auto u = static_cast<uint8_t>(c);
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (u < 0x20 || u == 0x7F) {
-          out += absl::StrFormat("\\x%02x", u);
-        } else {
-          out += c;
-        }
+    if (const char* e = ShortEscape(c)) {
+      out += e;
+    } else if (u < 0x20 || u == 0x7F) {
+      out += absl::StrFormat("\\x%02x", u);
+    } else {
+      out += c;
     }
   }
   out += '"';
@@ -83,28 +85,12 @@ std::string JsonQuote(std::string_view s) {
       continue;
     }
     const char c = s[i++];
-    switch (c) {
-      case '"':
-        out += "\\\"";
-        break;
-      case '\\':
-        out += "\\\\";
-        break;
-      case '\n':
-        out += "\\n";
-        break;
-      case '\t':
-        out += "\\t";
-        break;
-      case '\r':
-        out += "\\r";
-        break;
-      default:
-        if (static_cast<uint8_t>(c) < 0x20) {
-          out += absl::StrFormat("\\u%04x", static_cast<uint8_t>(c));
-        } else {
-          out += c;
-        }
+    if (const char* e = ShortEscape(c)) {
+      out += e;
+    } else if (static_cast<uint8_t>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", static_cast<uint8_t>(c));
+    } else {
+      out += c;
     }
   }
   out += '"';
