@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # k3-worker refuses a missing or doubled model source, --synth, --prefill-chunk and the CUDA fast
-# options (--int8-experts, --ternary-experts, --tc-mla-decode, --exact-mla-decode) without the GPU
+# options (--int8-experts, --ternary-experts, --chunked-kda, --tc-mla-decode, --exact-mla-decode) without the GPU
 # backend, --ternary-experts without --int8-experts, the two MLA decode flags together, a value given
 # to a bare flag,
 # and a doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs:
@@ -29,6 +29,8 @@ expect "prefill chunk on cpu" "prefill-chunk wants tokens >= 1 and --backend cud
 expect "int8 experts on cpu" "options of the CUDA engine" --model "$golden" --int8-experts
 expect "ternary experts on cpu" "options of the CUDA engine" --model "$golden" --ternary-experts
 expect "ternary without int8" "ternary-experts needs --int8-experts" --backend cuda --synth tiny --ternary-experts
+expect "chunked kda on cpu" "options of the CUDA engine" --model "$golden" --chunked-kda
+expect "chunked kda with a value" "chunked-kda takes no value" --backend cuda --synth tiny --chunked-kda 1
 expect "tc mla decode on cpu" "options of the CUDA engine" --model "$golden" --tc-mla-decode
 expect "exact mla decode on cpu" "options of the CUDA engine" --model "$golden" --exact-mla-decode
 expect "both mla decode flags" "exclude each other" --backend cuda --synth tiny --tc-mla-decode --exact-mla-decode
