@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <functional>
 
-#include "coordinator/tokenizer/string_view_compat.h"
+#include "worker/common/string_view_compat.h"
 
 namespace k3::tok {
 

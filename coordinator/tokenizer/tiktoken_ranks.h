@@ -1,6 +1,6 @@
 // tiktoken token bytes by rank -> a GGUF-form vocabulary (for tests; the server reads GGUF). The
-// rank files themselves are read by k3::ParseTiktokenRanks / ReadTiktokenRanksFile
-// (worker/common/tiktoken_ranks.h, shared with the model generator).
+// rank files themselves: k3::ParseTiktokenRanks / ReadTiktokenRanksFile in
+// worker/common/tiktoken_ranks.h (shared with the model generator).
 #pragma once
 
 #include <cstdint>
@@ -11,7 +11,6 @@
 
 #include "absl/status/statusor.h"
 #include "coordinator/tokenizer/vocab.h"
-#include "worker/common/tiktoken_ranks.h"
 
 namespace k3::tok {
 

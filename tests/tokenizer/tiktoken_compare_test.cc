@@ -22,6 +22,7 @@
 #include "coordinator/tokenizer/tiktoken_ranks.h"
 #include "coordinator/tokenizer/tokenizer.h"
 #include "coordinator/tokenizer/utf8.h"
+#include "worker/common/tiktoken_ranks.h"
 
 namespace k3::tok {
 namespace {

@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "coordinator/tokenizer/byte_unicode.h"
+#include "worker/common/tiktoken_ranks.h"
 
 namespace k3::tok {
 namespace {

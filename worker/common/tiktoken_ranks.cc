@@ -8,16 +8,15 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "worker/common/small_file.h"
+#include "worker/common/string_view_compat.h"
 
 namespace k3 {
 namespace {
 
 constexpr size_t kMaxRankFileBytes = size_t{256} << 20;  // Kimi's tiktoken.model is ~2.8 MB
 
-absl::string_view Absl(std::string_view s) { return {s.data(), s.size()}; }
-
 absl::Status LineError(size_t line_no, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("tiktoken ranks, line ", line_no, ": ", Absl(what)));
+  return absl::InvalidArgumentError(absl::StrCat("tiktoken ranks, line ", line_no, ": ", AsAbsl(what)));
 }
 
 // Stores `bytes` at `rank`, refusing a rank given twice.
@@ -61,7 +60,7 @@ absl::StatusOr<std::vector<std::string>> ParseTiktokenRanks(std::string_view con
   std::vector<std::string> by_rank;
   std::vector<bool> seen;
   size_t line_no = 0;
-  for (absl::string_view line : absl::StrSplit(Absl(contents), '\n')) {
+  for (absl::string_view line : absl::StrSplit(AsAbsl(contents), '\n')) {
     ++line_no;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     const std::vector<absl::string_view> fields = absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());

@@ -11,8 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "kernels/quant/ggml_type.h"
 #include "worker/common/status_macros.h"
+#include "worker/common/string_view_compat.h"
 #include "worker/gguf/byte_cursor.h"
-#include "worker/gguf/string_view_compat.h"
 #include "worker/gguf/text_escape.h"
 
 namespace k3::gguf::internal {

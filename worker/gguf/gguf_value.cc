@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "worker/gguf/string_view_compat.h"
+#include "worker/common/string_view_compat.h"
 #include "worker/gguf/text_escape.h"
 
 namespace k3::gguf {

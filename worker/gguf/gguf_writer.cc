@@ -8,12 +8,12 @@
 #include "absl/strings/str_format.h"
 #include "spdlog/spdlog.h"
 #include "worker/common/status_macros.h"
+#include "worker/common/string_view_compat.h"
 #include "worker/gguf/gguf_parser.h"
 #include "worker/gguf/header_encoder.h"
 #include "worker/gguf/output_file.h"
 #include "worker/gguf/shard_name.h"
 #include "worker/gguf/split_keys.h"
-#include "worker/gguf/string_view_compat.h"
 #include "worker/gguf/text_escape.h"
 
 namespace k3::gguf {
