@@ -519,6 +519,7 @@ TEST_F(CudaGoldenTest, FastPrefillAtLeastAsCloseAsLlamaCpp) {
 TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
   for (bool exact : {false, true}) {
     CudaEngineOptions opt = ReferenceOptions(false, true, 512, exact);
+    opt.chunked_kda = false;
     auto token = OpenWith(opt);
     opt.chunked_kda = true;
     auto chunked = OpenWith(opt);

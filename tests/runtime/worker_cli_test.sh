@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # k3-worker refuses a missing or doubled model source, --synth, --prefill-chunk and the CUDA fast
-# options (--int8-experts, --ternary-experts, --chunked-kda, --tc-mla-decode, --exact-mla-decode) without the GPU
-# backend, --ternary-experts without --int8-experts, the two MLA decode flags together, a value given
-# to a bare flag,
-# and a doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs:
-# each case is one process, no mpirun); a prompt read from --prompt-file generates what the same
-# ids given with --prompt do.
+# options (--int8-experts, --ternary-experts, --chunked-kda, --token-kda, --tc-mla-decode,
+# --exact-mla-decode) without the GPU backend, --ternary-experts without --int8-experts, the two MLA
+# decode flags together, the two KDA prefill flags together, a value given to a bare flag, and a
+# doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs: each case
+# is one process, no mpirun); a prompt read from --prompt-file generates what the same ids given
+# with --prompt do.
 #   worker_cli_test.sh K3_WORKER GOLDEN_GGUF
 set -uo pipefail
 worker=$1 golden=$2
@@ -31,6 +31,8 @@ expect "ternary experts on cpu" "options of the CUDA engine" --model "$golden" -
 expect "ternary without int8" "ternary-experts needs --int8-experts" --backend cuda --synth tiny --ternary-experts
 expect "chunked kda on cpu" "options of the CUDA engine" --model "$golden" --chunked-kda
 expect "chunked kda with a value" "chunked-kda takes no value" --backend cuda --synth tiny --chunked-kda 1
+expect "token kda on cpu" "options of the CUDA engine" --model "$golden" --token-kda
+expect "both kda flags" "chunked-kda and --token-kda exclude each other" --backend cuda --synth tiny --chunked-kda --token-kda
 expect "tc mla decode on cpu" "options of the CUDA engine" --model "$golden" --tc-mla-decode
 expect "exact mla decode on cpu" "options of the CUDA engine" --model "$golden" --exact-mla-decode
 expect "both mla decode flags" "exclude each other" --backend cuda --synth tiny --tc-mla-decode --exact-mla-decode

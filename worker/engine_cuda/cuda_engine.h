@@ -73,8 +73,12 @@ struct CudaEngineOptions {
   // Prefill runs (more than one token per sequence) compute the KDA recurrence in chunks of 16
   // tokens on tensor cores (cuda::KdaChunked: 3xTF32, ~f32 accuracy; another summation order than
   // the token-by-token kernel) where the model's gate keeps every log decay >= -8 (K3: >= -5) and
-  // not with exact_prefill. Off: the token-by-token kernel (the A/B switch of the benchmarks).
-  bool chunked_kda = false;
+  // not with exact_prefill. The default: on the golden model it stays within the bars of two fast
+  // paths' summation orders (relL2 1.2e-3, top-1 0.995 against token by token); H100, real-width
+  // 8-layer slice, PP4096: KDA (6 layers) 66.8 -> 59.7 ms, 16285 -> 16658 tokens/s
+  // (bench/results/2026-12-07-chunked-kda-default-prefill-pp4096-decode-b1-b64-4k-k3slice8-ud-iq1s-
+  // h100x1-bbc2b1a.md). Off: the token-by-token kernel.
+  bool chunked_kda = true;
   // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.

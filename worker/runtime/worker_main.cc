@@ -29,8 +29,10 @@
 //       [--ternary-experts]             cuda, with --int8-experts: the routed experts held in their
 //                                       ternary form instead of the ggml rows (1.44x their bytes; the
 //                                       same logits; CudaEngineOptions::ternary_experts)
-//       [--chunked-kda]                 cuda: prefill's KDA recurrence in chunks of 16 tokens on tensor
-//                                       cores (3xTF32, ~f32; CudaEngineOptions::chunked_kda)
+//       [--token-kda]                   cuda: prefill's KDA recurrence token by token instead of in
+//                                       chunks of 16 tokens on tensor cores (3xTF32, ~f32;
+//                                       CudaEngineOptions::chunked_kda off; --chunked-kda, the
+//                                       default, is still accepted)
 //       [--exact-mla-decode]            cuda: decode steps' MLA attention on the exact f32 kernel
 //                                       instead of tensor cores, over an f32 cache
 //                                       (CudaEngineOptions::tc_mla_decode and cache_f16 off;
@@ -220,7 +222,8 @@ struct ModelSource {
 struct CudaFastPaths {
   bool int8_experts = false;
   bool ternary_experts = false;
-  bool chunked_kda = false;
+  bool chunked_kda = false;       // the flag given (the engine's default anyway)
+  bool token_kda = false;         // the flag given: chunked KDA prefill off
   bool tc_mla_decode = false;     // the flag given (the engine's default anyway)
   bool exact_mla_decode = false;  // the flag given: tensor-core MLA decode off
 };
@@ -252,7 +255,7 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3:
   if (prefill_chunk > 0) opt.prefill_chunk = prefill_chunk;
   opt.int8_expert_x = fast.int8_experts;
   opt.ternary_experts = fast.ternary_experts;
-  opt.chunked_kda = fast.chunked_kda;
+  opt.chunked_kda = !fast.token_kda;
   opt.tc_mla_decode = !fast.exact_mla_decode;
   opt.cache_f16 = !fast.exact_mla_decode;  // the exact decode kernel on an f32 cache: the exact function
   opt.verbose = rank == 0;
@@ -303,6 +306,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   for (auto [name, flag] : {std::pair<const char*, bool*>{"int8-experts", &fast.int8_experts},
                             std::pair<const char*, bool*>{"ternary-experts", &fast.ternary_experts},
                             std::pair<const char*, bool*>{"chunked-kda", &fast.chunked_kda},
+                            std::pair<const char*, bool*>{"token-kda", &fast.token_kda},
                             std::pair<const char*, bool*>{"tc-mla-decode", &fast.tc_mla_decode},
                             std::pair<const char*, bool*>{"exact-mla-decode", &fast.exact_mla_decode}}) {
     *flag = args.Has(name);
@@ -322,12 +326,15 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   const std::string backend = args.Str("backend", "cpu");
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
-  if ((fast.int8_experts || fast.ternary_experts || fast.chunked_kda || fast.tc_mla_decode ||
+  if ((fast.int8_experts || fast.ternary_experts || fast.chunked_kda || fast.token_kda || fast.tc_mla_decode ||
        fast.exact_mla_decode) &&
       backend != "cuda") {
     return absl::InvalidArgumentError(
-        "--int8-experts, --ternary-experts, --chunked-kda, --tc-mla-decode and --exact-mla-decode are options of the "
-        "CUDA engine (--backend cuda)");
+        "--int8-experts, --ternary-experts, --chunked-kda, --token-kda, --tc-mla-decode and --exact-mla-decode are "
+        "options of the CUDA engine (--backend cuda)");
+  }
+  if (fast.chunked_kda && fast.token_kda) {
+    return absl::InvalidArgumentError("--chunked-kda and --token-kda exclude each other");
   }
   if (fast.ternary_experts && !fast.int8_experts) {
     return absl::InvalidArgumentError("--ternary-experts needs --int8-experts (the experts' f32-input GEMVs read only "
