@@ -10,8 +10,7 @@
 // square root, as a balanced router gives); MoeGroupTokens and MoeCombineGrouped at the same T.
 // `variants` times the expert products under every QuantGemmParams knob instead (the mma.sync
 // kernel with the IQ1_S decode generic or f16 × token tile 64 or 128, the same results bit for bit;
-// its automatic tile; the wgmma kernel, the default on the H200); by default the expert products
-// are timed on the register-A wgmma kernel and on its warp-specialized form (" [ws]"); `profile` makes
+// its automatic tile; the wgmma kernel, the default on the H200); `profile` makes
 // one launch of each (uniform routing, T = 4096 unless given) for a profiler. Random data,
 // never zeros; 2 warm-up launches, then the mean of back-to-back launches (>= 3, about 100 ms).
 #include <cuda_fp16.h>
@@ -320,13 +319,12 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
     bool generic;
     int32_t tile;
     bool wgmma;
-    bool ws = false;  // QuantGemmParams::warp_specialized
   };
   const std::vector<Knob> knobs =
       variants ? std::vector<Knob>{{" [generic t64]", true, 64, false},   {" [generic t128]", true, 128, false},
                                    {" [f16 t64]", false, 64, false},      {" [f16 t128]", false, 128, false},
                                    {" [mma.sync auto]", false, 0, false}, {" [wgmma]", false, 0, true}}
-               : std::vector<Knob>{{"", false, 0, true}, {" [ws]", false, 0, true, true}};
+               : std::vector<Knob>{{"", false, 0, true}};
   for (int64_t T : kTokens) {
     const std::vector<int32_t> hids = RouteIds(T, K, E, rng);
     std::mt19937_64 urng(31 + T);  // its own generator: the log-normal routing stays as before
@@ -369,7 +367,6 @@ void ExpertCases(Csv& csv, bool variants, bool profile) {
         p.generic_decode = kn.generic;
         p.token_tile = kn.tile;
         p.wgmma = kn.wgmma;
-        p.warp_specialized = kn.ws;
         // gate/up: 3584 -> 3072, x gathered from the token rows
         p.rows = ffn;
         p.cols = latent;

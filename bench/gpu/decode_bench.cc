@@ -30,8 +30,6 @@
 // rows (made at load), read by those GEMVs and by the grouped GEMMs (CudaEngineOptions::ternary_experts);
 // --chunked-kda: prefill runs' KDA recurrence in chunks of 16 tokens on tensor cores
 // (CudaEngineOptions::chunked_kda; --token-kda: token by token);
-// --ws-experts / --rs-experts: prefill's grouped expert products on the warp-specialized wgmma
-// kernel or the register-A one (CudaEngineOptions::warp_specialized_experts);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
 // --one-stream: decode steps on one stream (CudaEngineOptions::side_streams off);
@@ -138,7 +136,6 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
   bool chunked_kda = defaults.chunked_kda;
-  bool ws_experts = defaults.warp_specialized_experts;
   bool mma_staged_x = defaults.mma_staged_x, wgmma_mla = defaults.wgmma_mla;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -165,8 +162,6 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--ternary-experts") ternary_experts = true;  // CudaEngineOptions::ternary_experts
     else if (a == "--chunked-kda") chunked_kda = true;  // CudaEngineOptions::chunked_kda
     else if (a == "--token-kda") chunked_kda = false;  // CudaEngineOptions::chunked_kda off
-    else if (a == "--ws-experts") ws_experts = true;  // CudaEngineOptions::warp_specialized_experts
-    else if (a == "--rs-experts") ws_experts = false;  // the register-A expert kernel
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
@@ -227,7 +222,6 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.ternary_experts = ternary_experts;
   opt.fused_residual = fused_residual;
   opt.chunked_kda = chunked_kda;
-  opt.warp_specialized_experts = ws_experts;
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
   opt.grouped_expert_gemv = grouped_expert_gemv;
@@ -291,7 +285,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
         "decode MLA %s; expert inputs %s%s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
-        "rows: MLA %s, KDA %s, expert GEMMs %s\n",
+        "rows: MLA %s, KDA %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
         tc_mla ? (eng.MlaOnWgmma() ? "tensor cores (wgmma)" : "tensor cores (mma.sync)") : "exact", int8_experts ? "int8" : "f32",
         int8_experts && ternary_experts ? ", ternary expert rows" : "", fused_gate_up ? "fused" : "unfused",
@@ -301,8 +295,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
         static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed",
-        chunked_kda ? "chunked (tensor cores)" : "token by token",
-        ws_experts ? "warp-specialized wgmma" : "register-A wgmma");
+        chunked_kda ? "chunked (tensor cores)" : "token by token");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
     std::fflush(stdout);

@@ -136,11 +136,10 @@ struct Knobs {
   int32_t token_tile = 0;
   bool wgmma = true;
   bool ternary = false;
-  bool warp_specialized = false;
   std::string Name() const {
     return std::string(generic_decode ? " generic-decode" : "") +
            (token_tile != 0 ? " tile " + std::to_string(token_tile) : std::string()) + (wgmma ? "" : " mma.sync") +
-           (ternary ? " ternary" : "") + (warp_specialized ? " warp-specialized" : "");
+           (ternary ? " ternary" : "");
   }
 };
 
@@ -222,7 +221,6 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
   p.generic_decode = c.knobs.generic_decode;
   p.token_tile = c.knobs.token_tile;
   p.wgmma = c.knobs.wgmma;
-  p.warp_specialized = c.knobs.warp_specialized;
   DeviceBuffer<uint8_t> d_ws(std::max<size_t>(QuantGemmWorkspaceBytes(p), 1));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
@@ -430,7 +428,6 @@ std::vector<float> LaunchGrouped(const GroupedCase& c, const GroupedInputs& in,
   p.generic_decode = c.knobs.generic_decode;
   p.token_tile = c.knobs.token_tile;
   p.wgmma = c.knobs.wgmma;
-  p.warp_specialized = c.knobs.warp_specialized;
   DeviceBuffer<uint8_t> d_ws(QuantGemmWorkspaceBytes(p));
   p.workspace = d_ws.get();
   p.workspace_bytes = d_ws.size();
@@ -794,10 +791,11 @@ TEST(QuantGemmTest, Iq1sGateUpHalfOutputIsTheNextProductsRoundedX) {
 // gate (3584 -> 3072) and down (3072 -> 3584), a partial row tile (200 rows), the fused gate|up
 // launch in f32 and in f16 (y_half), and plain products with partial row and token tiles, whose
 // row offsets alternate between 16-byte aligned and not (odd 8-byte words per row).
-// The IQ1_S wgmma kernel's products under knobs `alt` against its default form (the ggml rows,
-// weights decoded into the wgmma's registers), bit for bit: grouped K3 gate and down over uneven
-// experts, a partial row tile, the fused gate|up in f32 and f16, and plain products.
-void ExpectIq1sWgmmaBitsUnder(const Knobs& alt) {
+TEST(QuantGemmTest, Iq1sTernaryFormIsTheGgmlRowsBitForBit) {
+  K3_REQUIRE_GPU();
+  QuantGemmParams probe{};  // no shape: rows 0
+  probe.type = GgmlType::kIQ1_S;
+  if (!QuantGemmTakesTernary(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
   auto expect_same = [](const std::vector<float>& got, const std::vector<float>& want, const std::string& what) {
     ASSERT_FALSE(got.empty() || want.empty()) << what;
     const BitDiff d = CompareBits(got, want);
@@ -808,6 +806,7 @@ void ExpectIq1sWgmmaBitsUnder(const Knobs& alt) {
   std::mt19937_64 rng(81);
   std::vector<int32_t> off, xr;
   RandomRouting(1024, 16, 224, 0.05, rng, off, xr);
+  const Knobs tern{false, 0, true, true};
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{3072, 3584}, {3584, 3072}, {200, 3584}}) {
     GroupedCase g{GgmlType::kIQ1_S, rows, cols, 1024, off, xr, 1024 * 16 + 3, 16, false};
     const GroupedInputs in = MakeGroupedInputs(g, 82 + rows), in_up = MakeGroupedInputs(g, 83 + rows);
@@ -816,7 +815,7 @@ void ExpectIq1sWgmmaBitsUnder(const Knobs& alt) {
     const std::vector<float> want_fused = LaunchGrouped(g, in, &in_up.pool);
     const bool half = rows % 128 == 0;  // y_half takes whole permutation windows
     if (half) LaunchGrouped(g, in, &in_up.pool, &want_half);
-    g.knobs = alt;
+    g.knobs = tern;
     expect_same(LaunchGrouped(g, in), want, GroupedName(g));
     expect_same(LaunchGrouped(g, in, &in_up.pool), want_fused, GroupedName(g) + " gate|up");
     if (half) {
@@ -832,34 +831,10 @@ void ExpectIq1sWgmmaBitsUnder(const Knobs& alt) {
     const std::vector<float> x = Normal(prng, c.n_tokens * c.cols, 0.0, 1.0);
     const std::vector<float> want = LaunchPlain(c, w, x, c.cols, c.rows);
     const std::vector<float> want_fused = LaunchPlain(c, w, x, c.cols, c.rows, &wu);
-    c.knobs = alt;
+    c.knobs = tern;
     expect_same(LaunchPlain(c, w, x, c.cols, c.rows), want, PlainName(c));
     expect_same(LaunchPlain(c, w, x, c.cols, c.rows, &wu), want_fused, PlainName(c) + " gate|up");
   }
-}
-
-TEST(QuantGemmTest, Iq1sTernaryFormIsTheGgmlRowsBitForBit) {
-  K3_REQUIRE_GPU();
-  QuantGemmParams probe{};  // no shape: rows 0
-  probe.type = GgmlType::kIQ1_S;
-  if (!QuantGemmTakesTernary(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
-  Knobs tern;
-  tern.ternary = true;
-  ExpectIq1sWgmmaBitsUnder(tern);
-}
-
-// The warp-specialized kernel (producer warpgroups decode into shared memory, a consumer issues the
-// wgmma from there) gives the register-A kernel's bits, on the ggml rows and on the ternary form.
-TEST(QuantGemmTest, Iq1sWarpSpecializedIsTheRegisterKernelBitForBit) {
-  K3_REQUIRE_GPU();
-  QuantGemmParams probe{};
-  probe.type = GgmlType::kIQ1_S;
-  if (!QuantGemmTakesTernary(probe)) GTEST_SKIP() << "no IQ1_S wgmma kernel here";
-  Knobs ws;
-  ws.warp_specialized = true;
-  ExpectIq1sWgmmaBitsUnder(ws);
-  ws.ternary = true;
-  ExpectIq1sWgmmaBitsUnder(ws);
 }
 
 TEST(QuantGemmTest, GraphCaptureAndReplay) {

@@ -699,7 +699,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // Products (Product, products.h): the f32 GEMV, the tensor-core GEMV up to kMmaMaxRows rows, the
   // tile GEMM beyond, cuBLAS from blas_min_rows rows (unless exact_prefill).
   const bool exact = options_.exact_prefill;
-  const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes, m.blas, options_.blas_min_rows, options_.warp_specialized_experts};
+  const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes, m.blas, options_.blas_min_rows};
   // Decode steps (one token per sequence) above dense_gemv_max_rows rows take the tensor-core GEMV;
   // a prefill run of up to kGemvMaxRows tokens stays on the exact f32 GEMV.
   const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;

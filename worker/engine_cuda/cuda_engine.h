@@ -79,10 +79,6 @@ struct CudaEngineOptions {
   // (bench/results/2026-12-07-chunked-kda-default-prefill-pp4096-decode-b1-b64-4k-k3slice8-ud-iq1s-
   // h100x1-bbc2b1a.md). Off: the token-by-token kernel.
   bool chunked_kda = true;
-  // Prefill's grouped IQ1_S expert products on the warp-specialized wgmma kernel
-  // (QuantGemmParams::warp_specialized: producer warpgroups decode into shared memory ahead of a
-  // consumer warpgroup's wgmma): the same bits as the register-A kernel. Off: that kernel.
-  bool warp_specialized_experts = false;
   // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.

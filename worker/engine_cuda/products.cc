@@ -95,7 +95,6 @@ cuda::QuantGemmParams GroupedParams(const DStack& w, int64_t n_groups, const int
   p.group_offsets = offsets;
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;
-  p.warp_specialized = ws.warp_specialized;
   return p;
 }
 

@@ -56,7 +56,6 @@ struct GemmScratch {
   size_t bytes = 0;
   cuda::BlasScratch blas = {};
   int64_t blas_min_rows = 0;  // used only when blas.handle is set (the engine makes one when > 0)
-  bool warp_specialized = false;  // IQ1_S grouped products: QuantGemmParams::warp_specialized
 };
 
 // y = W x for n rows through a GEMV: the direct-load kernel when w has its direct form.

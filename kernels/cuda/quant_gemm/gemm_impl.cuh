@@ -632,8 +632,6 @@ __host__ __device__ __forceinline__ int64_t WgmmaXColumn(int64_t c) {
 // a.row_tiles = ceil(rows / 64), y = situ(gate, up).
 // ternary: a.w (and a.w_up) hold the ternary form (quant_gemv/iq1s_ternary.h), a.row_bytes its rows'.
 cudaError_t GemmLaunchIq1sWgmma(const Args& a, int sms, bool gate_up, bool ternary, cudaStream_t stream);
-// The same products on the warp-specialized kernel (gemm_iq1s_wgmma_ws.cu): the same bits.
-cudaError_t GemmLaunchIq1sWgmmaWs(const Args& a, int sms, bool gate_up, bool ternary, cudaStream_t stream);
 
 // Raises the kernel's dynamic shared-memory limit to `smem_bytes` once per (kernel, device);
 // cudaErrorInvalidConfiguration when it cannot fit (static shared memory counted). No stream

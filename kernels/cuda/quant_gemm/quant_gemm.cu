@@ -291,10 +291,7 @@ cudaError_t QuantGemm(const QuantGemmParams& p, cudaStream_t stream) {
   const int64_t bn = wgmma ? kWgmmaTokens : small_tiles ? kTokensGrouped : kTokensPlain;
   Args a;
   if (const cudaError_t e = PrepareArgs(p, kBM, bn, wgmma, stream, &a); e != cudaSuccess) return e;
-  if (wgmma) {
-    return (p.warp_specialized ? GemmLaunchIq1sWgmmaWs : GemmLaunchIq1sWgmma)(a, wgmma_sms, false, p.iq1s_ternary,
-                                                                              stream);
-  }
+  if (wgmma) return GemmLaunchIq1sWgmma(a, wgmma_sms, false, p.iq1s_ternary, stream);
   K3_CUDA_CHECK(FindLaunch(p.type).gemm(a, small_tiles, p.split_x, p.generic_decode, stream));
   return cudaSuccess;
 }
@@ -323,7 +320,7 @@ cudaError_t QuantGemmGateUpSitu(const QuantGemmGateUpParams& p, cudaStream_t str
   a.situ_beta = p.situ_beta;
   a.situ_lambda = p.situ_lambda;
   a.y_half = static_cast<__half*>(p.y_half);
-  return (g.warp_specialized ? GemmLaunchIq1sWgmmaWs : GemmLaunchIq1sWgmma)(a, sms, true, g.iq1s_ternary, stream);
+  return GemmLaunchIq1sWgmma(a, sms, true, g.iq1s_ternary, stream);
 }
 
 cudaError_t QuantDequantF16(const QuantDequantF16Params& p, cudaStream_t stream) {

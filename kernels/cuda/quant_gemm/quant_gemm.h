@@ -83,11 +83,6 @@ struct QuantGemmParams {
   // results bit for bit as the ggml rows. cudaErrorInvalidValue where the product would not run on
   // that kernel (another type, split_x or a test knob, no sm_90 device or build: QuantGemmTakesTernary).
   bool iq1s_ternary = false;
-  // Where the product runs on the IQ1_S wgmma kernel: its warp-specialized form
-  // (gemm_iq1s_wgmma_ws.cu: producer warpgroups decode the weights into shared memory ahead of a
-  // consumer warpgroup's wgmma) instead of the weights decoded into the wgmma's registers by the
-  // warps that issue it. The same products in the same order: the same bits.
-  bool warp_specialized = false;
 };
 
 // Scratch QuantGemm needs for `p` (type, cols, n_tokens, x_rows, x_src_rows, split_x matter):
