@@ -5,7 +5,8 @@
 # chunks do not fit an 80 GB H100 beside the slice's 48.6 GB of weights (the script says which GPU
 # ran; only an H200's figures may raise H200 slots). Binaries built HERE in build/cuda:
 #   here:   bash bench/device/h200_locks_run.sh pack          (-> .k3kern; carry it)
-#   there:  bash bench/device/h200_locks_run.sh [prefill] [decode] [long]   (default: all three)
+#   there:  bash bench/device/h200_locks_run.sh [prefill] [decode] [small] [long] [tern]
+#           (default: prefill decode long; small: decode batches 1-64 only; tern: ternary experts)
 # Each run's output in $OUT/<tag>.txt; its table rows and prefill line printed. A run is skipped
 # once K3_GUARD_S seconds (default 480) have passed, to stay inside one call's 600.
 set -uo pipefail
@@ -41,6 +42,12 @@ for phase in $PHASES; do
     long)
       run dec_128k_b1 --steps 16 --ctx 131072 --batches 1
       run dec_32k_b16 --steps 16 --ctx 32768 --batches 16 ;;
-    *) echo "unknown phase $phase (prefill, decode, long)"; exit 2 ;;
+    small)  # the batches up to 64 only (the 128/256 and 8k runs prefill 1-2M tokens first)
+      run dec_4k_b1_64 --steps 32 --ctx 4096 --batches 1,4,16,32,48,64 ;;
+    tern)  # the experts in their ternary form (CudaEngineOptions::ternary_experts; 66.9 GB of
+           # weights at 8 layers: an H200), batch 1-64 at 4k and batch 1 at 128k
+      run dec_4k_tern --steps 32 --ctx 4096 --batches 1,16,64 --ternary-experts
+      run dec_128k_b1_tern --steps 16 --ctx 131072 --batches 1 --ternary-experts ;;
+    *) echo "unknown phase $phase (prefill, decode, small, long, tern)"; exit 2 ;;
   esac
 done
