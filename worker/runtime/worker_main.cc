@@ -46,6 +46,7 @@
 #include <mpi.h>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "collectives/mpi_communicator.h"
 #include "spdlog/cfg/env.h"
@@ -333,15 +334,19 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
         "--int8-experts, --ternary-experts, --chunked-kda, --token-kda, --tc-mla-decode and --exact-mla-decode are "
         "options of the CUDA engine (--backend cuda)");
   }
-  if (fast.chunked_kda && fast.token_kda) {
-    return absl::InvalidArgumentError("--chunked-kda and --token-kda exclude each other");
-  }
   if (fast.ternary_experts && !fast.int8_experts) {
     return absl::InvalidArgumentError("--ternary-experts needs --int8-experts (the experts' f32-input GEMVs read only "
                                       "the ggml rows)");
   }
-  if (fast.tc_mla_decode && fast.exact_mla_decode) {
-    return absl::InvalidArgumentError("--tc-mla-decode and --exact-mla-decode exclude each other");
+  // A default's flag and the flag that turns it off, given together
+  struct Opposites {
+    const char *on, *off;
+    bool both;
+  };
+  for (const Opposites& o :
+       {Opposites{"chunked-kda", "token-kda", fast.chunked_kda && fast.token_kda},
+        Opposites{"tc-mla-decode", "exact-mla-decode", fast.tc_mla_decode && fast.exact_mla_decode}}) {
+    if (o.both) return absl::InvalidArgumentError(absl::StrCat("--", o.on, " and --", o.off, " exclude each other"));
   }
   if (prefill_chunk < 0 || (prefill_chunk > 0 && backend != "cuda")) {
     return absl::InvalidArgumentError("--prefill-chunk wants tokens >= 1 and --backend cuda (the CPU engine takes a "
