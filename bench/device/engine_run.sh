@@ -5,6 +5,7 @@
 # golden model, prompts and ref-a logits), and optionally bin/ + lib/ (binaries built here; then
 # nothing is built there). Without bin/, the targets are built there as in kernel_tests.sh
 # (Abseil from .device/debs).
+# K3_SKIP_TESTS=1 / K3_SKIP_BENCH=1 leave a part out.
 # Writes under $OUT: engine_test.txt, bench.txt, run.log. Prints a summary last.
 set -uo pipefail
 OUT=${OUT:-$PWD/device-out}
@@ -17,6 +18,10 @@ export LD_LIBRARY_PATH=$C/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export NCCL_NVLS_ENABLE=0
 stamp machine
 nvidia-smi --query-gpu=name,memory.total,clocks.sm,clocks.max.sm --format=csv || true
+if [ -e "$C/bin/bins.tar.xz" ]; then  # engine_pack.sh WITH_BINARIES=1
+  source "$(dirname "$0")/unpack_carry.sh"
+  k3_unpack_carry "$C" "$C/bin" || exit 1
+fi
 if [ ! -x "$C/bin/engine_cuda_test" ]; then
   stamp "build there"
   PREFIX=/opt/k3deps
@@ -41,9 +46,10 @@ timeout 240 "$C/bin/engine_cuda_test" --gtest_color=no 2>&1 | tee "$OUT/engine_t
 TEST_RC=${PIPESTATUS[0]}; fi
 
 stamp "decode bench: slice ${K3_BENCH_LAYERS:-4} layers"
+if [ ! -x "$C/bin/k3_cuda_decode_bench" ] || [ "${K3_SKIP_BENCH:-0}" = 1 ]; then echo "skipped" > "$OUT/bench.txt"; BENCH_RC=0; else
 timeout ${K3_BENCH_TIMEOUT:-300} "$C/bin/k3_cuda_decode_bench" --preset slice --layers ${K3_BENCH_LAYERS:-4} --quant UD-IQ1_S \
   --ctx ${K3_BENCH_CTX:-4096} --batches ${K3_BENCH_BATCHES:-1,2,4,8} --steps 32 2>&1 | tee "$OUT/bench.txt"
-BENCH_RC=${PIPESTATUS[0]}
+BENCH_RC=${PIPESTATUS[0]}; fi
 
 stamp summary
 echo "engine tests rc=$TEST_RC: $(grep -E '^\[  (PASSED|FAILED) ' "$OUT/engine_test.txt" | tr '\n' ' ')"

@@ -1,7 +1,7 @@
 # Sourced by the device scripts (bench/device/*_run.sh): the step every one of them starts with.
 #   source bench/device/unpack_carry.sh
 #   k3_unpack_carry CARRY BIN   every CARRY/bin/*.xz (packed here by pack_bins.sh, tp_pack.sh,
-#                               system_pack.sh, ...) into BIN, executable; CARRY/lib goes first on
+#                               system_pack.sh, ...) into BIN, executable (a *.tar.xz: its files); CARRY/lib goes first on
 #                               LD_LIBRARY_PATH (the Debian libraries the GPU image lacks).
 #   k3_find_missing_libs BIN    libraries BIN/* still cannot find (the image's own Open MPI, NCCL,
 #                               CUDA runtime live outside the default path): found under /usr or
@@ -14,6 +14,11 @@ k3_unpack_carry() {
   for f in "$carry"/bin/*.xz; do
     [ -e "$f" ] || { echo "k3_unpack_carry: no $carry/bin/*.xz"; return 1; }
     b=$(basename "$f" .xz)
+    if [ "${b%.tar}" != "$b" ]; then  # several binaries in one tar.xz (engine_pack.sh)
+      { xz -dc "$f" 2>/dev/null || python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f"; } \
+        | tar -xf - -C "$bin" || { echo "k3_unpack_carry: cannot unpack $f"; return 1; }
+      continue
+    fi
     { xz -dc "$f" 2>/dev/null || python3 -c 'import lzma,sys; sys.stdout.buffer.write(lzma.open(sys.argv[1]).read())' "$f"; } \
       > "$bin/$b" || { echo "k3_unpack_carry: cannot unpack $f"; return 1; }
     chmod +x "$bin/$b"
