@@ -4,7 +4,8 @@
 // exactly; y within 2e-5 of its largest |value| (the mix's scores are sums of n products in f32
 // here, double on the CPU, and enter through a softmax). Widths: K3's 7168, the golden model's
 // 512, 1000 and 33 (blocks' column ranges not multiples of the threads), 8192 (the largest);
-// 0 to 8 checkpoints.
+// 0 to 8 checkpoints; decode-sized batches (the cluster kernel) and prefill chunks (one block per
+// token).
 #include <random>
 #include <vector>
 
@@ -106,7 +107,11 @@ TEST(CudaAddMixNormTest, MatchesCpu) {
                         Case{7, 32, kHidden, true, true, false, true}, Case{3, 2, 512, true, true, false, true},
                         Case{2, 2, 1000, true, false, true, false}, Case{4, 2, 4096, true, true, false, true},
                         Case{0, 4, 1000, true, true, true, false}, Case{5, 1, 33, false, false, false, false},
-                        Case{2, 1, kAddMixNormMaxWidth, true, true, false, true}}) {
+                        Case{2, 1, kAddMixNormMaxWidth, true, true, false, true},
+                        // prefill chunks: the one-block-per-token kernel (kAddMixNormRowKernelMinTokens)
+                        Case{1, 300, kHidden, true, true, false, true}, Case{8, 130, kHidden, true, true, true, false},
+                        Case{0, 128, 1000, false, false, false, true}, Case{3, 200, 33, true, false, false, false},
+                        Case{2, 129, kAddMixNormMaxWidth, true, true, false, true}}) {
     RunCase(c, seed++);
   }
 }

@@ -1,4 +1,5 @@
-// One residual step of a decode-sized batch in one launch, a cluster of 8 blocks per token: the
+// One residual step of a batch of tokens in one launch (a decode step's few tokens: a cluster of 8
+// blocks per token; from kAddMixNormRowKernelMinTokens tokens, one block per token): the
 // layer's delta added into the stream, the stream banked (a checkpoint layer), the cross-layer
 // residual mix (residual_mix.h) and the RMS norm of the mix:
 //   x'   = restart ? (d0 + d1) : x + (d0 + d1)      (d1 optional; no d0: x' = x)
@@ -18,6 +19,8 @@
 namespace k3::cuda {
 
 inline constexpr int64_t kAddMixNormMaxWidth = 8 * 256 * 4;  // 8 blocks x 256 threads x 4 values in registers
+// From this many tokens on (prefill chunks), one block per token instead of a cluster of 8.
+inline constexpr int64_t kAddMixNormRowKernelMinTokens = 128;
 
 struct AddMixNormParams {
   const float* bank[kResidualMixMaxCheckpoints] = {};  // checkpoint i: [n_tokens][bank_stride]
