@@ -33,6 +33,7 @@
 
 #include "kernels/cuda/activation/activation.h"
 #include "kernels/cuda/quant_gemm/blas_gemm.h"
+#include "kernels/cuda/quant_gemm/f32_gemm_tf32x3.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/cuda/quant_gemv/iq1s_ternary.h"
 #include "kernels/quant/dequantize.h"
@@ -946,6 +947,62 @@ TEST(QuantGemmBlasTest, F32GemmIsExactUpToSummationOrder) {
   EXPECT_TRUE(CheckRows(y, ys, at, ref, rows, Tol{1e-5, 1e-7}, "F32GemmBlas router 7168->896"));
   EXPECT_EQ(F32GemmBlas(F32GemmParams{d_w.get(), rows, cols, d_x.get(), cols - 1, d_y.get(), ys, n}, blas.h, nullptr),
             cudaErrorInvalidValue);
+}
+
+// The router's tensor-core form (3xTF32) held to the same f32 summation-order tolerance as cuBLAS's
+// exact f32 GEMM (a plain TF32 product would be ~5e-4 · L2 off): the router's shape, the KDA beta's
+// 96 rows (a partial row tile), ragged tokens and a K that is not a whole k-tile; padding untouched.
+TEST(F32GemmTf32x3Test, MatchesCpuAtF32SummationOrderTolerance) {
+  K3_REQUIRE_GPU();
+  struct Shape {
+    int64_t rows, cols, n;
+  };
+  std::mt19937_64 rng(7301);
+  for (const Shape sh : {Shape{896, 7168, 600}, Shape{96, 7168, 130}, Shape{200, 100, 1}, Shape{1, 4, 3},
+                         Shape{128, 256, 2000}}) {
+    const int64_t xs = sh.cols + 4, ys = sh.rows + 3;
+    const std::vector<float> w = Normal(rng, sh.rows * sh.cols, 0.0, 0.02), x = Normal(rng, sh.n * xs, 0.0, 1.0);
+    DeviceBuffer<float> d_w(w), d_x(x), d_y(static_cast<size_t>(sh.n * ys));
+    d_y.Poison();
+    const F32GemmParams p{d_w.get(), sh.rows, sh.cols, d_x.get(), xs, d_y.get(), ys, sh.n};
+    ASSERT_TRUE(F32GemmTf32x3Supports(p));
+    K3_ASSERT_LAUNCH(F32GemmTf32x3(p, nullptr));
+    const std::vector<float> y = d_y.Download();
+    std::vector<uint8_t> wb(w.size() * 4);
+    std::memcpy(wb.data(), w.data(), wb.size());
+    const Ref ref = CpuProduct(GgmlType::kF32, wb.data(), sh.rows, sh.cols, x.data(), sh.n, xs);
+    std::vector<int64_t> at(sh.n);
+    std::iota(at.begin(), at.end(), 0);
+    const std::string what = "F32GemmTf32x3 " + std::to_string(sh.cols) + "->" + std::to_string(sh.rows) + " x" +
+                             std::to_string(sh.n);
+    EXPECT_TRUE(CheckRows(y, ys, at, ref, sh.rows, Tol{1e-5, 1e-7}, what));
+  }
+}
+
+TEST(F32GemmTf32x3Test, RejectsWhatItCannotCopy) {
+  K3_REQUIRE_GPU();
+  DeviceBuffer<float> d_w(64 * 64 + 4), d_x(8 * 68 + 4), d_y(8 * 64);
+  const F32GemmParams ok{d_w.get(), 64, 64, d_x.get(), 68, d_y.get(), 64, 8};
+  EXPECT_TRUE(F32GemmTf32x3Supports(ok));
+  F32GemmParams p = ok;
+  p.cols = 62;  // not whole 16-byte pieces
+  EXPECT_FALSE(F32GemmTf32x3Supports(p));
+  EXPECT_EQ(F32GemmTf32x3(p, nullptr), cudaErrorInvalidValue);
+  p = ok;
+  p.x_stride = 66;
+  EXPECT_FALSE(F32GemmTf32x3Supports(p));
+  p = ok;
+  p.x = d_x.get() + 1;  // 4-byte aligned only
+  EXPECT_FALSE(F32GemmTf32x3Supports(p));
+  p = ok;
+  p.y_stride = 63;
+  EXPECT_FALSE(F32GemmTf32x3Supports(p));
+  p = ok;
+  p.y = nullptr;
+  EXPECT_EQ(F32GemmTf32x3(p, nullptr), cudaErrorInvalidValue);
+  p = ok;
+  p.n_tokens = 0;
+  EXPECT_EQ(F32GemmTf32x3(p, nullptr), cudaSuccess);
 }
 
 TEST(QuantGemmBlasTest, RejectsBadArguments) {
