@@ -32,6 +32,10 @@
 // (CudaEngineOptions::chunked_kda; --token-kda: token by token);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
+// --fused-prefill-residual / --unfused-prefill-residual: prefill chunks' residual steps in one
+// launch each or separately (CudaEngineOptions::fused_prefill_residual on / off);
+// --tf32x3-router / --cublas-router: prefill chunks' MoE router in 3xTF32 on the tensor cores or
+// on cuBLAS's exact f32 GEMM (CudaEngineOptions::tf32x3_router on / off);
 // --one-stream: decode steps on one stream (CudaEngineOptions::side_streams off);
 // --l2-prefetch MB: decode steps prefetch up to MB MiB of the next products' weights into L2
 // (CudaEngineOptions::l2_prefetch_mb; 0: off; default: the engine's);
@@ -135,7 +139,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
   bool fused_residual = false, side_streams = true, fused_gate_up = true, residual_epilogue = true;
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
-  bool chunked_kda = defaults.chunked_kda;
+  bool chunked_kda = defaults.chunked_kda, fused_prefill_residual = defaults.fused_prefill_residual;
+  bool tf32x3_router = defaults.tf32x3_router;
   bool mma_staged_x = defaults.mma_staged_x, wgmma_mla = defaults.wgmma_mla;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -163,6 +168,10 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--chunked-kda") chunked_kda = true;  // CudaEngineOptions::chunked_kda
     else if (a == "--token-kda") chunked_kda = false;  // CudaEngineOptions::chunked_kda off
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
+    else if (a == "--unfused-prefill-residual") fused_prefill_residual = false;
+    else if (a == "--fused-prefill-residual") fused_prefill_residual = true;
+    else if (a == "--tf32x3-router") tf32x3_router = true;
+    else if (a == "--cublas-router") tf32x3_router = false;
     else if (a == "--one-stream") side_streams = false;  // CudaEngineOptions::side_streams off
     else if (a == "--unfused-gate-up") fused_gate_up = false;  // CudaEngineOptions::fused_gate_up off
     else if (a == "--grouped-experts") grouped_expert_gemv = true;  // (the default now)
@@ -221,6 +230,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.int8_expert_x = int8_experts;
   opt.ternary_experts = ternary_experts;
   opt.fused_residual = fused_residual;
+  opt.fused_prefill_residual = fused_prefill_residual;
+  opt.tf32x3_router = tf32x3_router;
   opt.chunked_kda = chunked_kda;
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
@@ -284,18 +295,18 @@ int Main(int argc, char** argv, int rank, int ranks) {
   if (lead) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
-        "decode MLA %s; expert inputs %s%s (gate|up %s, %s up to %lld rows); residual steps %s; L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
-        "rows: MLA %s, KDA %s\n",
+        "decode MLA %s; expert inputs %s%s (gate|up %s, %s up to %lld rows); residual steps %s (prefill %s); L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
+        "rows: MLA %s, KDA %s, router %s\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
         tc_mla ? (eng.MlaOnWgmma() ? "tensor cores (wgmma)" : "tensor cores (mma.sync)") : "exact", int8_experts ? "int8" : "f32",
         int8_experts && ternary_experts ? ", ternary expert rows" : "", fused_gate_up ? "fused" : "unfused",
         grouped_expert_gemv ? "expert-grouped GEMV" : "per-pair GEMV", static_cast<long long>(eng.MoeGemvMaxRows()),
-        fused_residual ? "fused" : "unfused",
+        fused_residual ? "fused" : "unfused", fused_prefill_residual ? "fused" : "unfused",
         static_cast<long long>(opt.l2_prefetch_mb),
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
         static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed",
-        chunked_kda ? "chunked (tensor cores)" : "token by token");
+        chunked_kda ? "chunked (tensor cores)" : "token by token", tf32x3_router ? "3xTF32" : "cuBLAS f32");
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
     std::fflush(stdout);

@@ -544,6 +544,52 @@ TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
   }
 }
 
+// fused_prefill_residual: a prefill chunk's residual steps (delta adds, bank copy, mix, norm) as
+// one AddMixNorm launch each (its one-block-per-token kernel). Only the mix's sums are reordered, so the logits stay
+// within the bars two summation orders of the fast prefill keep; and the fused path must differ
+// (else it was not taken: the golden prompts' chunks are past mma_max_rows, the grouped steps).
+TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+  opt.fused_prefill_residual = false;
+  auto unfused = OpenWith(opt);
+  opt.fused_prefill_residual = true;
+  auto fused = OpenWith(opt);
+  ASSERT_TRUE(unfused && fused);
+  std::vector<float> u_all, f_all;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto u = RunPrompt(*unfused, prompts_[p], 970 + p);
+    const auto f = RunPrompt(*fused, prompts_[p], 980 + p);
+    u_all.insert(u_all.end(), u.begin(), u.end());
+    f_all.insert(f_all.end(), f.begin(), f.end());
+  }
+  ASSERT_EQ(u_all.size(), f_all.size());
+  EXPECT_NE(0, std::memcmp(u_all.data(), f_all.data(), u_all.size() * sizeof(float)))
+      << "fused_prefill_residual did not take the prefill's residual steps";
+  Bars(u_all, f_all, fused->config().vocab, "fused vs unfused prefill residual steps", 2e-2, 1.0, 0.95);
+}
+
+// tf32x3_router: prefill chunks' MoE router in 3xTF32 on the tensor cores. Its logits are ~f32
+// (F32GemmTf32x3Test), so the chosen experts, and the logits, stay within the bars of two
+// summation orders of the fast prefill; the fast prefill with it still at least as close to ref-a
+// as llama.cpp.
+TEST_F(CudaGoldenTest, Tf32x3RouterMatchesCublasRouter) {
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+  opt.tf32x3_router = false;
+  auto blas = OpenWith(opt);
+  opt.tf32x3_router = true;
+  auto tc = OpenWith(opt);
+  ASSERT_TRUE(blas && tc);
+  std::vector<float> b_all, t_all;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto b = RunPrompt(*blas, prompts_[p], 990 + p);
+    const auto t = RunPrompt(*tc, prompts_[p], 1000 + p);
+    b_all.insert(b_all.end(), b.begin(), b.end());
+    t_all.insert(t_all.end(), t.begin(), t.end());
+  }
+  Bars(b_all, t_all, tc->config().vocab, "3xTF32 vs cuBLAS f32 router", 2e-2, 1.0, 0.95);
+  ExpectAtLeastAsCloseAsLlamaCpp(t_all, tc->config().vocab, "3xTF32 router prefill");
+}
+
 // The token-by-token KDA prefill (k3-worker --token-kda) held to llama.cpp's closeness to ref-a;
 // the chunked one, the default, is held to it by FastPrefillAtLeastAsCloseAsLlamaCpp.
 TEST_F(CudaGoldenTest, TokenByTokenKdaPrefillAtLeastAsCloseAsLlamaCpp) {

@@ -808,10 +808,12 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     return cuda::ResidualMix(p, s);
   };
 
-  // Decode-sized steps: each residual step (the delta's add, the bank copy, the mix, the norm) is
-  // one launch (AddMixNorm) instead of four or five; a layer's last delta (and the shared experts')
+  // Each residual step (the delta's add, the bank copy, the mix, the norm) as one launch
+  // (AddMixNorm) instead of four or five (fused_residual: decode-sized steps; fused_prefill_residual:
+  // prefill chunks); a layer's last delta (and the shared experts')
   // waits in pend0/pend1 for the next layer's first step, or the head's.
-  const bool fuse_residual = options_.fused_residual && !grouped && H <= cuda::kAddMixNormMaxWidth;
+  const bool fuse_residual = H <= cuda::kAddMixNormMaxWidth && (grouped ? options_.fused_prefill_residual
+                                                                         : options_.fused_residual);
   float* pend0 = nullptr;
   const float* pend1 = nullptr;
   // One rank, unfused residual steps: a layer's output product that runs on the direct or the
@@ -1178,7 +1180,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
         K3_CU(cudaEventRecord(mid_event_, side_stream_));
         if (w.has_shared) K3_CU(SharedExperts(w, m.h, n, m.reduce + n * L, side_stream_));
       }
-      K3_CU(ExactProduct(w.router, m.h, H, m.rlogits, E, n, gws, s));
+      K3_CU(ExactProduct(w.router, m.h, H, m.rlogits, E, n, gws, s, options_.tf32x3_router));
       cuda::MoeRouterParams rp;
       rp.logits = m.rlogits;
       rp.logits_stride = E;
@@ -1324,9 +1326,10 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
     K3_CU(add_mix_norm(m.output_res_score, m.output_norm, pend0, pend1, false, nullptr, m.y));
     K3_CU(HeadProd(m.y, hr));
   } else if (hr > 0) {
-    if (pend0 != nullptr) {  // the last layer's delta(s), as the unfused path adds them
-      if (pend1 != nullptr) K3_CU(AddInto(pend0, pend1, n * H, true, s));
-      K3_CU(AddInto(m.x, pend0, n * H, true, s));
+    if (pend0 != nullptr) {  // the last layer's delta(s), as the unfused path adds them: the head's rows only
+      float* d0 = pend0 + v.head_row * H;
+      if (pend1 != nullptr) K3_CU(AddInto(d0, pend1 + v.head_row * H, hr * H, true, s));
+      K3_CU(AddInto(m.x + v.head_row * H, d0, hr * H, true, s));
     }
     float* yh = m.y + v.head_row * H;
     K3_CU(mix(m.output_res_score, m.x, m.y, v.head_row, hr));

@@ -191,6 +191,20 @@ struct CudaEngineOptions {
   // already hides them (3.097 -> 3.090 ms at batch 1, 15.49 -> 15.54 at 16, 30.47 -> 30.60 at 32):
   // the fused kernel is one long dependent chain on 8 SMs (~9 us under ncu).
   bool fused_residual = false;
+  // The same fused residual step in prefill chunks (steps whose products take the tile GEMM or
+  // cuBLAS; AddMixNorm's one-block-per-token kernel there): one read of x, the deltas and the
+  // checkpoints and one write of x and the norm per step, where the separate AddInto, ResidualMix
+  // (two passes over x and every checkpoint) and RMS norm launches move ~10 rows of the stream per
+  // token. Not bit-identical to the unfused path (the mix's sums in another order). Off: this form
+  // has not run on a GPU yet (the cluster kernel in its place was slower, H100 PP4096 17057 ->
+  // 16755 tok/s: bench/results/2026-12-07-prefill-fused-residual-negative-*).
+  bool fused_prefill_residual = false;
+  // Prefill chunks' MoE router (F32 weights, kept ~exact: a rounded logit may change the chosen
+  // experts) on the tensor cores in 3xTF32 (cuda::F32GemmTf32x3: split operands, ~f32 accuracy)
+  // instead of cuBLAS's f32 GEMM on the FP32 pipes (1.04 ms a MoE layer at 4096 tokens, H100).
+  // Off: this form has not run on a GPU yet (its first form was no faster than cuBLAS and not
+  // accurate enough; same results file).
+  bool tf32x3_router = false;
   // On one rank (no all-reduce between a layer's output product and the residual stream), the
   // output products that run on the direct-load or the tensor-core GEMV add into the stream in
   // their epilogue (ResidualProduct: x += W·o for attention and the dense FFN, x += W·m + shared

@@ -1,6 +1,7 @@
 #include "worker/engine_cuda/products.h"
 
 #include "kernels/cuda/activation/activation.h"
+#include "kernels/cuda/quant_gemm/f32_gemm_tf32x3.h"
 #include "kernels/cuda/quant_gemm/quant_gemm.h"
 #include "kernels/cuda/quant_gemv/gemv_direct.h"
 #include "kernels/cuda/quant_gemv/quant_gemv.h"
@@ -213,11 +214,12 @@ cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, i
 }
 
 cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                         GemmScratch ws, cudaStream_t s) {
+                         GemmScratch ws, cudaStream_t s, bool tf32x3) {
   const void* f32 = w.data != nullptr ? w.data : w.direct;  // F32's direct form is the matrix itself
   if (w.type == quant::GgmlType::kF32 && f32 != nullptr && w.row_bytes == static_cast<size_t>(w.cols) * 4 &&
       TakesBlas(ws, n)) {
     const cuda::F32GemmParams p{static_cast<const float*>(f32), w.rows, w.cols, x, x_stride, y, y_stride, n};
+    if (tf32x3 && cuda::F32GemmTf32x3Supports(p)) return cuda::F32GemmTf32x3(p, s);
     return cuda::F32GemmBlas(p, ws.blas.handle, s);
   }
   return Gemv(w, x, x_stride, y, y_stride, n, s);

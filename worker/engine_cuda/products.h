@@ -111,9 +111,11 @@ cudaError_t ResidualProduct(const DMat& w, const float* x, int64_t x_stride, flo
                             cudaStream_t s, MmaChoice mma = {});
 
 // y = W x kept exact (up to summation order) at any n: the f32 GEMV, or for F32 weights and runs of
-// at least ws.blas_min_rows rows cuBLAS's f32 GEMM (the MoE router: rounding could change routing).
+// at least ws.blas_min_rows rows a GEMM (the MoE router: rounding could change routing): with
+// `tf32x3` the tensor-core 3xTF32 kernel (cuda::F32GemmTf32x3, ~f32 accuracy) where it takes the
+// shape, else cuBLAS's f32 GEMM.
 cudaError_t ExactProduct(const DMat& w, const float* x, int64_t x_stride, float* y, int64_t y_stride, int64_t n,
-                         GemmScratch ws, cudaStream_t s);
+                         GemmScratch ws, cudaStream_t s, bool tf32x3 = false);
 
 // Matrix i of a stack as a plain matrix.
 inline DMat Slice(const DStack& w, int64_t i) {
