@@ -1,5 +1,6 @@
 // The warp-level tensor-core and async-copy instructions the attention kernels share (mla/):
-// ldmatrix, mma.sync m16n8k16 (f16 in, f32 out), cp.async with zero fill, and f16 packing.
+// ldmatrix, mma.sync m16n8k16 (f16 in, f32 out) and m16n8k8 (TF32), cp.async with zero fill, and f16
+// packing.
 // Inline PTX, each a single instruction; see the PTX ISA for the fragment layouts.
 #pragma once
 
@@ -33,6 +34,15 @@ __device__ __forceinline__ void LdMatrixX4Trans(uint32_t (&r)[4], uint32_t addr)
 __device__ __forceinline__ void Mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm volatile(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// c += a · b, m16n8k8, TF32 inputs (f32 registers; the mma reads their top 19 bits), f32
+// accumulators. Not volatile: no side effect, so the compiler may schedule it with the rest.
+__device__ __forceinline__ void Mma1688Tf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
       "{%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));

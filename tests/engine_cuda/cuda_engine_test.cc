@@ -134,6 +134,16 @@ class CudaGoldenTest : public ::testing::Test {
   std::unique_ptr<CudaEngine> Open(Args... args) {
     return OpenWith(ReferenceOptions(args...));
   }
+  // Every golden prompt through one Forward each (RunPrompt; sequence ids id0 + p), the logits of
+  // all positions concatenated in prompt order.
+  std::vector<float> RunPrompts(CudaEngine& e, SeqId id0) {
+    std::vector<float> all;
+    for (size_t p = 0; p < prompts_.size(); ++p) {
+      const auto got = RunPrompt(e, prompts_[p], id0 + static_cast<SeqId>(p));
+      all.insert(all.end(), got.begin(), got.end());
+    }
+    return all;
+  }
   // The same n_seqs sequences decoded `steps` steps by two engines (DecodeBatches): bit-identical
   // logits.
   void ExpectSameDecodeBatches(CudaEngine& a, CudaEngine& b, int64_t n_seqs, size_t steps, const std::string& what) {
@@ -525,13 +535,7 @@ TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
     auto chunked = OpenWith(opt);
     ASSERT_TRUE(token && chunked);
     ASSERT_TRUE(chunked->config().has_gate_lower_bound);  // the gate the chunked form needs
-    std::vector<float> t_all, c_all;
-    for (size_t p = 0; p < prompts_.size(); ++p) {
-      const auto t = RunPrompt(*token, prompts_[p], 940 + p);
-      const auto c = RunPrompt(*chunked, prompts_[p], 950 + p);
-      t_all.insert(t_all.end(), t.begin(), t.end());
-      c_all.insert(c_all.end(), c.begin(), c.end());
-    }
+    const std::vector<float> t_all = RunPrompts(*token, 940), c_all = RunPrompts(*chunked, 950);
     ASSERT_EQ(t_all.size(), c_all.size());
     if (exact) {
       EXPECT_EQ(0, std::memcmp(t_all.data(), c_all.data(), t_all.size() * sizeof(float)))
@@ -545,8 +549,9 @@ TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
 }
 
 // fused_prefill_residual: a prefill chunk's residual steps (delta adds, bank copy, mix, norm) as
-// one AddMixNorm launch each (its one-block-per-token kernel). Only the mix's sums are reordered, so the logits stay
-// within the bars two summation orders of the fast prefill keep; and the fused path must differ
+// one AddMixNorm launch each (its one-block-per-token kernel). Only the mix's sums are reordered,
+// so the logits stay within the bars two summation orders of the fast prefill keep; and the fused
+// path must differ
 // (else it was not taken: the golden prompts' chunks are past mma_max_rows, the grouped steps).
 TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
   CudaEngineOptions opt = ReferenceOptions(false, true, 512);
@@ -555,13 +560,7 @@ TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
   opt.fused_prefill_residual = true;
   auto fused = OpenWith(opt);
   ASSERT_TRUE(unfused && fused);
-  std::vector<float> u_all, f_all;
-  for (size_t p = 0; p < prompts_.size(); ++p) {
-    const auto u = RunPrompt(*unfused, prompts_[p], 970 + p);
-    const auto f = RunPrompt(*fused, prompts_[p], 980 + p);
-    u_all.insert(u_all.end(), u.begin(), u.end());
-    f_all.insert(f_all.end(), f.begin(), f.end());
-  }
+  const std::vector<float> u_all = RunPrompts(*unfused, 970), f_all = RunPrompts(*fused, 980);
   ASSERT_EQ(u_all.size(), f_all.size());
   EXPECT_NE(0, std::memcmp(u_all.data(), f_all.data(), u_all.size() * sizeof(float)))
       << "fused_prefill_residual did not take the prefill's residual steps";
@@ -579,13 +578,7 @@ TEST_F(CudaGoldenTest, Tf32x3RouterMatchesCublasRouter) {
   opt.tf32x3_router = true;
   auto tc = OpenWith(opt);
   ASSERT_TRUE(blas && tc);
-  std::vector<float> b_all, t_all;
-  for (size_t p = 0; p < prompts_.size(); ++p) {
-    const auto b = RunPrompt(*blas, prompts_[p], 990 + p);
-    const auto t = RunPrompt(*tc, prompts_[p], 1000 + p);
-    b_all.insert(b_all.end(), b.begin(), b.end());
-    t_all.insert(t_all.end(), t.begin(), t.end());
-  }
+  const std::vector<float> b_all = RunPrompts(*blas, 990), t_all = RunPrompts(*tc, 1000);
   Bars(b_all, t_all, tc->config().vocab, "3xTF32 vs cuBLAS f32 router", 2e-2, 1.0, 0.95);
   ExpectAtLeastAsCloseAsLlamaCpp(t_all, tc->config().vocab, "3xTF32 router prefill");
 }
@@ -597,12 +590,7 @@ TEST_F(CudaGoldenTest, TokenByTokenKdaPrefillAtLeastAsCloseAsLlamaCpp) {
   opt.chunked_kda = false;
   auto e = OpenWith(opt);
   ASSERT_NE(e, nullptr);
-  std::vector<float> got_all;
-  for (size_t p = 0; p < prompts_.size(); ++p) {
-    const auto got = RunPrompt(*e, prompts_[p], 960 + p);
-    got_all.insert(got_all.end(), got.begin(), got.end());
-  }
-  ExpectAtLeastAsCloseAsLlamaCpp(got_all, e->config().vocab, "token-by-token KDA prefill");
+  ExpectAtLeastAsCloseAsLlamaCpp(RunPrompts(*e, 960), e->config().vocab, "token-by-token KDA prefill");
 }
 
 // Prefill chunks with MLA attention decompressed (mla_mha_min_rows; kernels/cuda/mla/

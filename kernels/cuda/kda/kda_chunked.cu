@@ -69,18 +69,12 @@ __device__ __forceinline__ void Split(float x, uint32_t& hi, uint32_t& lo) {
   hi = Tf32(x);
   lo = Tf32(x - __uint_as_float(hi));
 }
-__device__ __forceinline__ void MmaTf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 // c += a · b at ~f32 accuracy: the small terms first, then hi · hi.
 __device__ __forceinline__ void Mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
-  MmaTf32(c, al, bh0, bh1);
-  MmaTf32(c, ah, bl0, bl1);
-  MmaTf32(c, ah, bh0, bh1);
+  ptx::Mma1688Tf32(c, al, bh0, bh1);
+  ptx::Mma1688Tf32(c, ah, bl0, bl1);
+  ptx::Mma1688Tf32(c, ah, bh0, bh1);
 }
 __device__ __forceinline__ void Ld2(const float* p, uint32_t& x, uint32_t& y) {
   const float2 v = *reinterpret_cast<const float2*>(p);

@@ -29,13 +29,6 @@ __device__ __forceinline__ void Split(float v, uint32_t& hi, uint32_t& lo) {
   hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
   lo = __float_as_uint(v - __uint_as_float(hi));
 }
-__device__ __forceinline__ void MmaTf32(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-      "{%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // Inside each 8-wide k step the fragments read physical columns (2·tig, 2·tig + 1) as logical k
 // (tig, tig + 4) in both operands (one LDS.64 each instead of two LDS.32): the same pairs meet, so
@@ -52,22 +45,20 @@ __global__ void __launch_bounds__(kThreads, 1) F32GemmTf32x3Kernel(const F32Gemm
 
   // Stage k-tile kt: 128 rows x 8 pieces of 16 bytes per operand, 4 pieces per thread each;
   // rows past the matrix and columns past cols are zero-filled (cols % 4 == 0: whole pieces).
-  auto load = [&](int stage, int64_t kt) {
-    const int64_t k0 = kt * kBK;
+  auto stage_rows = [&](float (*dst)[kPad], const float* src, int64_t stride, int64_t row0, int64_t rows,
+                        int64_t k0) {
 #pragma unroll
     for (int i = 0; i < kBM * (kBK / 4) / kThreads; ++i) {
       const int e = tid + i * kThreads, r = e >> 3, q = e & 7;
-      const int64_t c = k0 + q * 4, row = m0 + r;
-      const bool ok = row < p.rows && c < p.cols;
-      ptx::CpAsync16(ptx::SmemAddr(&sm.w[stage][r][q * 4]), ok ? p.w + row * p.cols + c : p.w, ok ? 16 : 0);
+      const int64_t c = k0 + q * 4, row = row0 + r;
+      const bool ok = row < rows && c < p.cols;
+      ptx::CpAsync16(ptx::SmemAddr(&dst[r][q * 4]), ok ? src + row * stride + c : src, ok ? 16 : 0);
     }
-#pragma unroll
-    for (int i = 0; i < kBN * (kBK / 4) / kThreads; ++i) {
-      const int e = tid + i * kThreads, r = e >> 3, q = e & 7;
-      const int64_t c = k0 + q * 4, tok = n0 + r;
-      const bool ok = tok < p.n_tokens && c < p.cols;
-      ptx::CpAsync16(ptx::SmemAddr(&sm.x[stage][r][q * 4]), ok ? p.x + tok * p.x_stride + c : p.x, ok ? 16 : 0);
-    }
+  };
+  static_assert(kBM == kBN, "stage_rows stages both operands' tiles");
+  auto load = [&](int stage, int64_t kt) {
+    stage_rows(sm.w[stage], p.w, p.cols, m0, p.rows, kt * kBK);
+    stage_rows(sm.x[stage], p.x, p.x_stride, n0, p.n_tokens, kt * kBK);
   };
 
   // The tensor cores add each k-step's products into the accumulator with truncation, which biases
@@ -108,9 +99,9 @@ __global__ void __launch_bounds__(kThreads, 1) F32GemmTf32x3Kernel(const F32Gemm
         Split(a1.y, ah[3], al[3]);  // (row gid + 8, k tig + 4)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {  // the small terms first, then hi·hi
-          MmaTf32(acc[i][j], al, bh[j][0], bh[j][1]);
-          MmaTf32(acc[i][j], ah, bl[j][0], bl[j][1]);
-          MmaTf32(acc[i][j], ah, bh[j][0], bh[j][1]);
+          ptx::Mma1688Tf32(acc[i][j], al, bh[j][0], bh[j][1]);
+          ptx::Mma1688Tf32(acc[i][j], ah, bl[j][0], bl[j][1]);
+          ptx::Mma1688Tf32(acc[i][j], ah, bh[j][0], bh[j][1]);
         }
       }
     }

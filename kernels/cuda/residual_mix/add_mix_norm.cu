@@ -18,6 +18,43 @@ constexpr int kX = kVecs - 1;
 
 namespace cg = cooperative_groups;
 
+// Each warp's 2·kVecs sums (Σc², Σc·w per vector) reduced over its lanes (one butterfly, all
+// values per round), lane 0's written to red[warp].
+__device__ __forceinline__ void WarpSumsToShared(float (&sums)[2 * kVecs], float (*red)[2 * kVecs], int warp,
+                                                 int lane) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+#pragma unroll
+    for (int j = 0; j < 2 * kVecs; ++j) sums[j] += __shfl_xor_sync(detail::kFullMask, sums[j], o);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int j = 0; j < 2 * kVecs; ++j) red[warp][j] = sums[j];
+  }
+}
+
+// The mix's weights from the token's sums fin = (Σc², Σc·w) per vector: softmax over the scores
+// s = Σc·w · rsqrt(Σc²/n + eps) of the checkpoints and x', max-shifted, summed in ResidualMix's
+// order (checkpoints, then x'; the unused slots add exact zeros).
+__device__ __forceinline__ void MixProbs(const float* fin, int nc, float inv_n, float eps, float (&prob)[kVecs]) {
+  float mx = -INFINITY;
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    const bool used = v < nc || v == kX;
+    prob[v] = used ? fin[2 * v + 1] * rsqrtf(fin[2 * v] * inv_n + eps) : -INFINITY;
+    mx = fmaxf(mx, prob[v]);
+  }
+  float sum = 0.0f;
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) {
+    const bool used = v < nc || v == kX;
+    prob[v] = used ? expf(prob[v] - mx) : 0.0f;
+    sum += prob[v];
+  }
+#pragma unroll
+  for (int v = 0; v < kVecs; ++v) prob[v] /= sum;
+}
+
 // Cluster of kCluster blocks = one token; block r of it owns columns [r·cw, (r+1)·cw), thread j of
 // the block columns r·cw + j + k·T (k < kPer, T = blockDim.x). One pass over the inputs: x' and
 // every checkpoint's values stay in registers. Each block reduces its (Σc², Σc·w) per vector, the
@@ -94,15 +131,7 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kMaxThreads) 
     sums[2 * v] = ss;
     sums[2 * v + 1] = dot;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-    for (int j = 0; j < 2 * kVecs; ++j) sums[j] += __shfl_xor_sync(detail::kFullMask, sums[j], o);
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int j = 0; j < 2 * kVecs; ++j) red[warp][j] = sums[j];
-  }
+  WarpSumsToShared(sums, red, warp, lane);
   __syncthreads();
   if (tid < 2 * kVecs) {
     float s = 0.0f;
@@ -123,26 +152,9 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kMaxThreads) 
     fin[tid] = s;
   }
   __syncthreads();
-  // softmax over the scores s = Σc·w · rsqrt(Σc²/n + eps) of the checkpoints and x', max-shifted,
-  // summed in ResidualMix's order (checkpoints, then x'; the unused slots add exact zeros)
   const float inv_n = 1.0f / static_cast<float>(p.n);
   float prob[kVecs];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) {
-    const bool used = v < nc || v == kX;
-    prob[v] = used ? fin[2 * v + 1] * rsqrtf(fin[2 * v] * inv_n + p.eps) : -INFINITY;
-    mx = fmaxf(mx, prob[v]);
-  }
-  float sum = 0.0f;
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) {
-    const bool used = v < nc || v == kX;
-    prob[v] = used ? expf(prob[v] - mx) : 0.0f;
-    sum += prob[v];
-  }
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) prob[v] /= sum;
+  MixProbs(fin, nc, inv_n, p.eps, prob);
   // blend: p_x·x' first, then the checkpoints in order (ResidualMix's order)
   float m[kPer];
   float s2 = 0.0f;
@@ -196,23 +208,11 @@ __global__ void __cluster_dims__(kCluster, 1, 1) __launch_bounds__(kMaxThreads) 
 constexpr int kRowThreads = 256;
 constexpr int kRowPer = static_cast<int>(kAddMixNormMaxWidth / kRowThreads);  // 32
 
-__device__ __forceinline__ float BlockSumRows(float v, float* scratch) {  // scratch: kRowThreads/32 floats
-  v = detail::WarpSum(v);
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  __syncthreads();  // scratch's previous use is over
-  if (lane == 0) scratch[warp] = v;
-  __syncthreads();
-  float tot = 0.0f;
-#pragma unroll
-  for (int w = 0; w < kRowThreads / 32; ++w) tot += scratch[w];
-  return tot;
-}
-
 __global__ void __launch_bounds__(kRowThreads, 2) AddMixNormRowsKernel(const AddMixNormParams p) {
   PdlEnter();
   __shared__ float red[kRowThreads / 32][2 * kVecs];
   __shared__ float fin[2 * kVecs];
-  __shared__ float tot_scratch[kRowThreads / 32];
+  __shared__ float tot_scratch[32];  // detail::BlockSum's
   const int64_t t = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int nc = p.n_ckpt;
@@ -261,15 +261,7 @@ __global__ void __launch_bounds__(kRowThreads, 2) AddMixNormRowsKernel(const Add
     sums[2 * c] = ss;
     sums[2 * c + 1] = dot;
   }
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) {
-#pragma unroll
-    for (int j = 0; j < 2 * kVecs; ++j) sums[j] += __shfl_xor_sync(detail::kFullMask, sums[j], o);
-  }
-  if (lane == 0) {
-#pragma unroll
-    for (int j = 0; j < 2 * kVecs; ++j) red[warp][j] = sums[j];
-  }
+  WarpSumsToShared(sums, red, warp, lane);
   __syncthreads();
   if (tid < 2 * kVecs) {
     float s = 0.0f;
@@ -280,22 +272,7 @@ __global__ void __launch_bounds__(kRowThreads, 2) AddMixNormRowsKernel(const Add
   __syncthreads();
   const float inv_n = 1.0f / static_cast<float>(p.n);
   float prob[kVecs];
-  float mx = -INFINITY;
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) {
-    const bool used = v < nc || v == kX;
-    prob[v] = used ? fin[2 * v + 1] * rsqrtf(fin[2 * v] * inv_n + p.eps) : -INFINITY;
-    mx = fmaxf(mx, prob[v]);
-  }
-  float sum = 0.0f;
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) {
-    const bool used = v < nc || v == kX;
-    prob[v] = used ? expf(prob[v] - mx) : 0.0f;
-    sum += prob[v];
-  }
-#pragma unroll
-  for (int v = 0; v < kVecs; ++v) prob[v] /= sum;
+  MixProbs(fin, nc, inv_n, p.eps, prob);
   // blend into xv (p_x·x' first, then the checkpoints in order), and Σm²
 #pragma unroll
   for (int k = 0; k < kRowPer; ++k) xv[k] *= prob[kX];
@@ -312,7 +289,7 @@ __global__ void __launch_bounds__(kRowThreads, 2) AddMixNormRowsKernel(const Add
   float s2 = 0.0f;
 #pragma unroll
   for (int k = 0; k < kRowPer; ++k) s2 = fmaf(xv[k], xv[k], s2);  // padding columns hold 0
-  const float scale = rsqrtf(BlockSumRows(s2, tot_scratch) * inv_n + p.eps);
+  const float scale = rsqrtf(detail::BlockSum(s2, tot_scratch) * inv_n + p.eps);
   float* y = p.y + t * p.y_stride;
 #pragma unroll
   for (int k = 0; k < kRowPer; ++k) {
