@@ -48,6 +48,15 @@ __device__ __forceinline__ void Mma1688Tf32(float (&c)[4], const uint32_t (&a)[4
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// v = hi + lo for 3xTF32 products: hi is v rounded to TF32 (half an ulp added, the 13 low bits
+// cleared: two integer instructions, where cvt.rna.tf32.f32 runs on the quarter-rate conversion
+// pipe), lo = v - hi exactly, passed whole: the mma reads a TF32 operand's top 19 bits, so lo is
+// truncated there (2^-10 of lo, ~2^-21 of v). Finite v only.
+__device__ __forceinline__ void SplitTf32(float v, uint32_t& hi, uint32_t& lo) {
+  hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
+  lo = __float_as_uint(v - __uint_as_float(hi));
+}
+
 // 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");

@@ -59,16 +59,6 @@ struct __align__(16) KdaChunkSmem {
   float tm[kC][kTokPad];  // T = (I + diag(beta) A)^{-1} diag(beta)
 };
 
-__device__ __forceinline__ uint32_t Tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-  return r;
-}
-// x = hi + lo, both TF32 (hi: x rounded; lo: the rest, rounded).
-__device__ __forceinline__ void Split(float x, uint32_t& hi, uint32_t& lo) {
-  hi = Tf32(x);
-  lo = Tf32(x - __uint_as_float(hi));
-}
 // c += a · b at ~f32 accuracy: the small terms first, then hi · hi.
 __device__ __forceinline__ void Mma3(float (&c)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0,
                                      uint32_t bh1, uint32_t bl0, uint32_t bl1) {
@@ -83,10 +73,10 @@ __device__ __forceinline__ void Ld2(const float* p, uint32_t& x, uint32_t& y) {
 }
 // An accumulator fragment (cols x 8 tokens or keys, C layout) as the A operand over those 8, split.
 __device__ __forceinline__ void AccAsA(const float (&c)[4], uint32_t (&hi)[4], uint32_t (&lo)[4]) {
-  Split(c[0], hi[0], lo[0]);  // (row g,     slot tig)     <- (row g,     2·tig)
-  Split(c[2], hi[1], lo[1]);  // (row g + 8, slot tig)     <- (row g + 8, 2·tig)
-  Split(c[1], hi[2], lo[2]);  // (row g,     slot tig + 4) <- (row g,     2·tig + 1)
-  Split(c[3], hi[3], lo[3]);  // (row g + 8, slot tig + 4) <- (row g + 8, 2·tig + 1)
+  ptx::SplitTf32(c[0], hi[0], lo[0]);  // (row g,     slot tig)     <- (row g,     2·tig)
+  ptx::SplitTf32(c[2], hi[1], lo[1]);  // (row g + 8, slot tig)     <- (row g + 8, 2·tig)
+  ptx::SplitTf32(c[1], hi[2], lo[2]);  // (row g,     slot tig + 4) <- (row g,     2·tig + 1)
+  ptx::SplitTf32(c[3], hi[3], lo[3]);  // (row g + 8, slot tig + 4) <- (row g + 8, 2·tig + 1)
 }
 
 // c[nb] (columns x tokens 8 nb .. 8 nb + 7) += a · m^T over the chunk's 16 tokens s: a[kb] holds tokens
@@ -100,8 +90,8 @@ __device__ __forceinline__ void AddTokenProduct(float (&c)[2][4], const uint32_t
     for (int nb = 0; nb < 2; ++nb) {
       const float2 bb = *reinterpret_cast<const float2*>(&m[nb * 8 + gid][sc]);
       uint32_t bh0, bl0, bh1, bl1;
-      Split(bb.x, bh0, bl0);
-      Split(bb.y, bh1, bl1);
+      ptx::SplitTf32(bb.x, bh0, bl0);
+      ptx::SplitTf32(bb.y, bh1, bl1);
       Mma3(c[nb], ah[kb], al[kb], bh0, bh1, bl0, bl1);
     }
   }
@@ -191,16 +181,16 @@ __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeP
         const float kk = sm.k[t][i], qq = sm.q[t][i];
         const float e = expf(b[t]), ep = expf(b[t] - br), em = expf(br - b[t]), ee = expf(blast - b[t]);
         uint32_t hi, lo;
-        Split(kk * e, hi, lo);
+        ptx::SplitTf32(kk * e, hi, lo);
         sm.kb_hi[t][i] = __uint_as_float(hi);
         sm.kb_lo[t][i] = __uint_as_float(lo);
-        Split(qq * e, hi, lo);
+        ptx::SplitTf32(qq * e, hi, lo);
         sm.qb_hi[t][i] = __uint_as_float(hi);
         sm.qb_lo[t][i] = __uint_as_float(lo);
         sm.kp[t][i] = kk * ep;
         sm.qp[t][i] = qq * ep;
         sm.km[t][i] = kk * em;
-        Split(kk * ee, hi, lo);
+        ptx::SplitTf32(kk * ee, hi, lo);
         sm.kend_hi[i][t] = __uint_as_float(hi);
         sm.kend_lo[i][t] = __uint_as_float(lo);
         sm.vd[t][i] = sm.v[t][i];
@@ -224,12 +214,12 @@ __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeP
         float2 a23 = *reinterpret_cast<const float2*>(&x[gid + 8][key]);
         float2 bb = *reinterpret_cast<const float2*>(&sm.km[nb * 8 + gid][key]);
         uint32_t ah[4], al[4], bh0, bl0, bh1, bl1;
-        Split(a01.x, ah[0], al[0]);
-        Split(a23.x, ah[1], al[1]);
-        Split(a01.y, ah[2], al[2]);
-        Split(a23.y, ah[3], al[3]);
-        Split(bb.x, bh0, bl0);
-        Split(bb.y, bh1, bl1);
+        ptx::SplitTf32(a01.x, ah[0], al[0]);
+        ptx::SplitTf32(a23.x, ah[1], al[1]);
+        ptx::SplitTf32(a01.y, ah[2], al[2]);
+        ptx::SplitTf32(a23.y, ah[3], al[3]);
+        ptx::SplitTf32(bb.x, bh0, bl0);
+        ptx::SplitTf32(bb.y, bh1, bl1);
         Mma3(acc, ah, al, bh0, bh1, bl0, bl1);
       }
       float(*y)[kTokPad] = is_a ? sm.a : sm.mq;

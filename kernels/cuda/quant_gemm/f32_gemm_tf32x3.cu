@@ -21,15 +21,6 @@ struct F32GemmSmem {
   float x[kStages][kBN][kPad];  // [stage][token][k]
 };
 
-// v = hi + lo: hi is v rounded to TF32 (half an ulp added, the 13 low bits cleared: two integer
-// instructions, where cvt.rna.tf32.f32 runs on the quarter-rate conversion pipe and two per value
-// were this kernel's limit), lo = v - hi exactly, passed whole: the mma reads TF32 operands' top 19
-// bits, so lo is truncated there (2^-10 of lo, ~2^-21 of v).
-__device__ __forceinline__ void Split(float v, uint32_t& hi, uint32_t& lo) {
-  hi = (__float_as_uint(v) + 0x1000u) & 0xffffe000u;
-  lo = __float_as_uint(v - __uint_as_float(hi));
-}
-
 // Inside each 8-wide k step the fragments read physical columns (2·tig, 2·tig + 1) as logical k
 // (tig, tig + 4) in both operands (one LDS.64 each instead of two LDS.32): the same pairs meet, so
 // only the order of the sum changes.
@@ -84,8 +75,8 @@ __global__ void __launch_bounds__(kThreads, 1) F32GemmTf32x3Kernel(const F32Gemm
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         const float2 b = *reinterpret_cast<const float2*>(&sm.x[st][wn * 32 + j * 8 + gid][c]);
-        Split(b.x, bh[j][0], bl[j][0]);
-        Split(b.y, bh[j][1], bl[j][1]);
+        ptx::SplitTf32(b.x, bh[j][0], bl[j][0]);
+        ptx::SplitTf32(b.y, bh[j][1], bl[j][1]);
       }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
@@ -93,10 +84,10 @@ __global__ void __launch_bounds__(kThreads, 1) F32GemmTf32x3Kernel(const F32Gemm
         const float2 a0 = *reinterpret_cast<const float2*>(&sm.w[st][r][c]);
         const float2 a1 = *reinterpret_cast<const float2*>(&sm.w[st][r + 8][c]);
         uint32_t ah[4], al[4];
-        Split(a0.x, ah[0], al[0]);  // (row gid,     k tig)
-        Split(a1.x, ah[1], al[1]);  // (row gid + 8, k tig)
-        Split(a0.y, ah[2], al[2]);  // (row gid,     k tig + 4)
-        Split(a1.y, ah[3], al[3]);  // (row gid + 8, k tig + 4)
+        ptx::SplitTf32(a0.x, ah[0], al[0]);  // (row gid,     k tig)
+        ptx::SplitTf32(a1.x, ah[1], al[1]);  // (row gid + 8, k tig)
+        ptx::SplitTf32(a0.y, ah[2], al[2]);  // (row gid,     k tig + 4)
+        ptx::SplitTf32(a1.y, ah[3], al[3]);  // (row gid + 8, k tig + 4)
 #pragma unroll
         for (int j = 0; j < 4; ++j) {  // the small terms first, then hi·hi
           ptx::Mma1688Tf32(acc[i][j], al, bh[j][0], bh[j][1]);
