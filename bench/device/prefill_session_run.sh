@@ -5,7 +5,7 @@
 #   here:  WITH_BINARIES=1 bash bench/device/engine_pack.sh          (-> .k3carry, ~59 MiB; carry it)
 #          (BINS="engine_cuda_test k3_cuda_decode_bench kernels_cuda_test": the kernel tests too)
 #   there: K3_AB=';--fused-prefill-residual' bash bench/device/prefill_session_run.sh tests ab kernels ncu
-# K3_NCU_KERNEL: the kernel for `ncu` (regex, default KdaChunked), K3_NCU_SKIP: launches skipped
+# K3_KERNELS_EXTRA: bench flags for the kernels phase. K3_NCU_KERNEL: the kernel for `ncu` (regex, default KdaChunked), K3_NCU_SKIP: launches skipped
 # first (default 3: the warm-up prefill's). Each phase is skipped once K3_GUARD_S seconds (default
 # 500) have passed. Outputs under $OUT (few files: the device tool returns a limited number):
 # engine_test.txt, kernel_test.txt, ab.txt, pp_kernels_by_time.txt, pp_ncu_step.txt, ncu_details.txt,
@@ -52,7 +52,7 @@ for phase in ${*:-tests ab}; do
       done ;;
     kernels)
       late kernels && continue
-      K3_PREFILL=4096 K3_NCU_WHAT="--metrics gpu__time_duration.sum" K3_BENCH_EXTRA=--int8-experts K3_PROFILE_TAG=pp_ \
+      K3_PREFILL=4096 K3_NCU_WHAT="--metrics gpu__time_duration.sum" K3_BENCH_EXTRA="--int8-experts ${K3_KERNELS_EXTRA:-}" K3_PROFILE_TAG=pp_ \
         timeout 200 bash "$(dirname "$0")/decode_profile.sh" | head -40 ;;
     ncu)
       late ncu && continue

@@ -572,13 +572,18 @@ TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
 // summation orders of the fast prefill; the fast prefill with it still at least as close to ref-a
 // as llama.cpp.
 TEST_F(CudaGoldenTest, Tf32x3RouterMatchesCublasRouter) {
-  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+  // blas_min_rows 33: the prompts are shorter than the default 512, under which the router takes
+  // the GEMV and neither GEMM runs.
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512, /*exact=*/false, false, false, 4, /*blas_min_rows=*/33);
   opt.tf32x3_router = false;
   auto blas = OpenWith(opt);
   opt.tf32x3_router = true;
   auto tc = OpenWith(opt);
   ASSERT_TRUE(blas && tc);
   const std::vector<float> b_all = RunPrompts(*blas, 990), t_all = RunPrompts(*tc, 1000);
+  ASSERT_EQ(b_all.size(), t_all.size());
+  EXPECT_NE(0, std::memcmp(b_all.data(), t_all.data(), b_all.size() * sizeof(float)))
+      << "tf32x3_router did not take the prefill's router product";
   Bars(b_all, t_all, tc->config().vocab, "3xTF32 vs cuBLAS f32 router", 2e-2, 1.0, 0.95);
   ExpectAtLeastAsCloseAsLlamaCpp(t_all, tc->config().vocab, "3xTF32 router prefill");
 }
