@@ -20,7 +20,7 @@ source "$(dirname "$0")/unpack_carry.sh"
 k3_unpack_carry "$PWD/.k3kern" "$B" || exit 1
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 T0=$(date +%s)
-S="--preset slice --layers 8 --quant UD-IQ1_S --int8-experts"
+S="--preset slice --layers 8 --quant UD-IQ1_S --int8-experts ${K3_LOCK_EXTRA:-}"  # K3_LOCK_EXTRA: flags for every run
 run() {  # run TAG ARGS...
   if [ $(( $(date +%s) - T0 )) -gt "${K3_GUARD_S:-480}" ]; then echo "### $1: skipped (time)"; return; fi
   local s=$(date +%s)

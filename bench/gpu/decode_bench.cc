@@ -60,6 +60,8 @@
 // (CudaEngineOptions::dense_gemv_max_rows, 1..16);
 // --blas-min-rows N: products of steps of at least N rows (prefill chunks, large decode batches)
 // on cuBLAS (CudaEngineOptions::blas_min_rows; 0: never);
+// --f16-weights-mb N: those cuBLAS products on resident f16 copies of their weights, up to N MiB
+// (CudaEngineOptions::prefill_f16_weights_mb; 0: decoded per call);
 // --mla-mha-min-rows N: prefill chunks of at least N rows run MLA attention decompressed
 // (CudaEngineOptions::mla_mha_min_rows; 0: the absorbed form at every size);
 // --f16 | --f32-cache: the MLA cache in f16 (the default) or f32 (the default with --exact-mla-decode,
@@ -129,6 +131,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   int64_t layers = 4, steps = 32, experts = 0, seed = 1, expert_groups = 0, chunk = 2048, dense_gemv_rows = 0;
   int64_t mla_mha_min_rows = -1;  // -1: the engine's default
   int64_t blas_min_rows = -1;     // -1: the engine's default
+  int64_t f16_weights_mb = -1;    // -1: the engine's default
   int64_t moe_gemv_max_rows = -1;  // -1: the engine's default
   int64_t mla_head_gemv_max_rows = -1;  // -1: the engine's default
   int64_t mma_max_rows = -1;  // -1: the engine's default
@@ -187,6 +190,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--mla-head-gemv-max-rows") mla_head_gemv_max_rows = std::stoll(next());  // CudaEngineOptions
     else if (a == "--mma-max-rows") mma_max_rows = std::stoll(next());  // CudaEngineOptions
     else if (a == "--blas-min-rows") blas_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
+    else if (a == "--f16-weights-mb") f16_weights_mb = std::stoll(next());  // CudaEngineOptions::prefill_f16_weights_mb
     else if (a == "--mla-mha-min-rows")
       mla_mha_min_rows = std::stoll(next());  // CudaEngineOptions, 0: never
     else if (a == "--no-graphs") graphs = false;
@@ -219,6 +223,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.max_seqs = max_b + (max_prefill > 0 ? 1 : 0);
   opt.prefill_chunk = chunk;
   if (blas_min_rows >= 0) opt.blas_min_rows = blas_min_rows;
+  if (f16_weights_mb >= 0) opt.prefill_f16_weights_mb = f16_weights_mb;
   if (moe_gemv_max_rows >= 0) opt.moe_gemv_max_rows = moe_gemv_max_rows;
   if (mla_head_gemv_max_rows >= 0) opt.mla_head_gemv_max_rows = mla_head_gemv_max_rows;
   if (mma_max_rows >= 0) opt.mma_max_rows = mma_max_rows;
@@ -296,7 +301,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
         "decode MLA %s; expert inputs %s%s (gate|up %s, %s up to %lld rows); residual steps %s (prefill %s); L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
-        "rows: MLA %s, KDA %s, router %s\n",
+        "rows: MLA %s, KDA %s, router %s; resident f16 weights %.2f GB (%lld matrices; up to %lld MiB)\n",
         what.c_str(), c.Summary().c_str(), eng.weight_bytes() / 1e9, load_s, f16 ? "f16" : "f32", graphs ? "on" : "off",
         tc_mla ? (eng.MlaOnWgmma() ? "tensor cores (wgmma)" : "tensor cores (mma.sync)") : "exact", int8_experts ? "int8" : "f32",
         int8_experts && ternary_experts ? ", ternary expert rows" : "", fused_gate_up ? "fused" : "unfused",
@@ -306,7 +311,9 @@ int Main(int argc, char** argv, int rank, int ranks) {
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
         static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed",
-        chunked_kda ? "chunked (tensor cores)" : "token by token", tf32x3_router ? "3xTF32" : "cuBLAS f32");
+        chunked_kda ? "chunked (tensor cores)" : "token by token", tf32x3_router ? "3xTF32" : "cuBLAS f32",
+        eng.half_weight_bytes() / 1e9, static_cast<long long>(eng.half_weight_matrices()),
+        static_cast<long long>(opt.prefill_f16_weights_mb));
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
                 opt.plan.expert_groups, opt.plan.expert_bands(), static_cast<long long>(eng.CollectivesPerStep()));
     std::fflush(stdout);

@@ -182,6 +182,8 @@ struct PlainCase {
   bool split = false;
   Knobs knobs = {};
   int64_t blas_rows = 0;  // > 0: QuantGemmBlas with a weight scratch of this many rows (multiple of 128)
+  bool resident = false;  // with blas_rows: the matrix decoded whole first and passed as weight_half
+  bool x_half = false;    // with blas_rows: x rounded first (RoundRowsToHalf) and passed as x_half
 };
 
 // A cuBLAS handle for the test's lifetime.
@@ -228,8 +230,25 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
   cudaError_t e = cudaSuccess;
   if (c.blas_rows > 0) {
     BlasHandle blas;
-    DeviceBuffer<uint8_t> d_wh(static_cast<size_t>(c.blas_rows * c.cols * 2));
-    e = QuantGemmBlas(p, BlasScratch{blas.h, d_wh.get(), d_wh.size()}, nullptr);
+    if (c.resident) {  // the engine's resident f16 copy (CudaEngineOptions::prefill_f16_weights_mb)
+      DeviceBuffer<uint8_t> d_full(static_cast<size_t>(c.rows * c.cols * 2));
+      DeviceBuffer<uint8_t> d_xh(static_cast<size_t>(std::max<int64_t>(c.n_tokens, 1) * c.cols * 2));
+      const QuantDequantF16Params d{p.type, p.weight, p.cols, p.row_bytes, 0, c.rows, d_full.get()};
+      EXPECT_EQ(QuantDequantF16(d, nullptr), cudaSuccess);
+      QuantGemmParams q = p;
+      if (c.x_half) {  // the engine's shared rounding of one input for several products
+        EXPECT_EQ(RoundRowsToHalf(p.x, p.x_stride, p.n_tokens, p.cols, d_xh.get(), nullptr), cudaSuccess);
+        q.x = nullptr;
+        q.workspace = nullptr;
+        q.workspace_bytes = 0;
+      }
+      e = QuantGemmBlas(q, BlasScratch{blas.h, nullptr, 0}, nullptr, d_full.get(), c.x_half ? d_xh.get() : nullptr);
+      const cudaError_t done = cudaDeviceSynchronize();  // before the copy goes
+      EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
+    } else {
+      DeviceBuffer<uint8_t> d_wh(static_cast<size_t>(c.blas_rows * c.cols * 2));
+      e = QuantGemmBlas(p, BlasScratch{blas.h, d_wh.get(), d_wh.size()}, nullptr);
+    }
     const cudaError_t done = cudaDeviceSynchronize();  // before the scratch and handle go
     EXPECT_EQ(done, cudaSuccess) << cudaGetErrorString(done);
   } else if (up != nullptr) {
@@ -247,7 +266,9 @@ std::vector<float> LaunchPlain(const PlainCase& c, const std::vector<uint8_t>& w
 std::string PlainName(const PlainCase& c) {
   return std::string(quant::TypeName(c.type)) + " " + std::to_string(c.cols) + "->" + std::to_string(c.rows) +
          " tokens " + std::to_string(c.n_tokens) + (c.split ? " split" : "") + c.knobs.Name() +
-         (c.blas_rows > 0 ? " cuBLAS, row blocks of " + std::to_string(c.blas_rows) : std::string());
+         (c.blas_rows > 0 ? (c.resident ? std::string(" cuBLAS, resident f16 copy") + (c.x_half ? ", x rounded first" : "")
+                                        : " cuBLAS, row blocks of " + std::to_string(c.blas_rows))
+                          : std::string());
 }
 
 void RunPlain(const PlainCase& c, uint64_t seed) {
@@ -925,6 +946,17 @@ TEST(QuantGemmBlasTest, K3ProjectionsQ8_0) {
   RunPlain({GgmlType::kQ8_0, 7168, 12288, 530, false, {}, 2688}, 7202);
 }
 
+// The resident f16 copy (weight_half): no decode in the call, one cuBLAS product over every row;
+// the same operands, so the same bars.
+TEST(QuantGemmBlasTest, ResidentHalfWeights) {
+  K3_REQUIRE_GPU();
+  uint64_t seed = 7150;
+  for (GgmlType type : AllGpuTypes()) RunPlain({type, 300, 512, 130, false, {}, 128, true}, ++seed);
+  RunPlain({GgmlType::kQ8_0, 12288, 7168, 600, false, {}, 128, true}, 7203);
+  RunPlain({GgmlType::kQ8_0, 12288, 7168, 600, false, {}, 128, true, true}, 7204);
+  RunPlain({GgmlType::kQ4_K, 300, 512, 130, false, {}, 128, true, true}, 7205);
+}
+
 // The router's exact path: cuBLAS's f32 GEMM against the CPU at f32 summation-order tolerance
 // (c2 1e-5, several times the f32 rounding of a 7168-term sum; a product rounded to f16 or TF32
 // anywhere would be off by ~5e-4 · L2).
@@ -1028,6 +1060,11 @@ TEST(QuantGemmBlasTest, RejectsBadArguments) {
   EXPECT_EQ(QuantGemmBlas(p, ok, nullptr), cudaSuccess);
   EXPECT_EQ(QuantGemmBlas(p, BlasScratch{blas.h, d_wh.get(), 127 * 256 * 2}, nullptr), cudaErrorInvalidValue);
   EXPECT_EQ(QuantGemmBlas(p, BlasScratch{nullptr, d_wh.get(), d_wh.size()}, nullptr), cudaErrorInvalidValue);
+  // A resident copy needs no scratch, but 16-byte alignment.
+  EXPECT_EQ(QuantGemmBlas(p, BlasScratch{blas.h, nullptr, 0}, nullptr, d_wh.get()), cudaSuccess);
+  EXPECT_EQ(QuantGemmBlas(p, BlasScratch{blas.h, nullptr, 0}, nullptr, d_wh.get() + 2), cudaErrorMisalignedAddress);
+  EXPECT_EQ(QuantGemmBlas(p, BlasScratch{blas.h, nullptr, 0}, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(QuantGemmBlas(p, ok, nullptr, nullptr, d_wh.get() + 2), cudaErrorMisalignedAddress);
   QuantGemmParams q = p;
   q.split_x = true;
   EXPECT_EQ(QuantGemmBlas(q, ok, nullptr), cudaErrorInvalidValue);

@@ -588,6 +588,26 @@ TEST_F(CudaGoldenTest, Tf32x3RouterMatchesCublasRouter) {
   ExpectAtLeastAsCloseAsLlamaCpp(t_all, tc->config().vocab, "3xTF32 router prefill");
 }
 
+// prefill_f16_weights_mb: the cuBLAS products read resident f16 copies made at load instead of
+// decoding per call. The same f16 values; here every matrix fits the 64 MiB scratch in one block,
+// so each product is the same single GEMM, and the logits the same bits.
+TEST_F(CudaGoldenTest, ResidentHalfWeightsMatchDecodedPerCall) {
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512, /*exact=*/false, false, false, 4, /*blas_min_rows=*/33);
+  opt.prefill_f16_weights_mb = 0;
+  auto per_call = OpenWith(opt);
+  opt.prefill_f16_weights_mb = 1024;
+  auto resident = OpenWith(opt);
+  ASSERT_TRUE(per_call && resident);
+  EXPECT_EQ(per_call->half_weight_matrices(), 0);
+  EXPECT_GT(resident->half_weight_matrices(), 0);
+  EXPECT_GT(resident->half_weight_bytes(), 0u);
+  const std::vector<float> p_all = RunPrompts(*per_call, 1010), r_all = RunPrompts(*resident, 1020);
+  ASSERT_EQ(p_all.size(), r_all.size());
+  EXPECT_EQ(0, std::memcmp(p_all.data(), r_all.data(), p_all.size() * sizeof(float)))
+      << "resident f16 weights changed the logits";
+  Bars(p_all, r_all, resident->config().vocab, "resident vs per-call f16 weights", 1e-5, 1e-6, 1.0);
+}
+
 // The token-by-token KDA prefill (k3-worker --token-kda) held to llama.cpp's closeness to ref-a;
 // the chunked one, the default, is held to it by FastPrefillAtLeastAsCloseAsLlamaCpp.
 TEST_F(CudaGoldenTest, TokenByTokenKdaPrefillAtLeastAsCloseAsLlamaCpp) {

@@ -29,6 +29,7 @@
 #include "worker/engine_cuda/cuda_status.h"
 #include "worker/engine_cuda/device_weights.h"
 #include "worker/engine_cuda/engine_kernels.h"
+#include "worker/engine_cuda/half_weights.h"
 #include "worker/engine_cuda/products.h"
 #include "worker/engine/bind_shard.h"
 #include "worker/engine_cuda/synth_shard.h"
@@ -81,6 +82,7 @@ struct CudaEngine::Impl : DGlobals {
   void* x_half_side = nullptr;
   size_t x_half_bytes = 0;
   cuda::BlasScratch blas;     // the cuBLAS form's handle and f16 weight rows (blas_min_rows)
+  void* h_half = nullptr;     // [rows][hidden] halves of h, for the cuBLAS products that read h
   void* mha_ws = nullptr;     // MlaPrefillMha's workspace (mla_mha_min_rows), or null: absorbed only
   size_t mha_ws_bytes = 0;
   float* logits_h = nullptr;  // pinned [B][band]
@@ -393,6 +395,8 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
       K3_ASSIGN_OR_RETURN(uint8_t * bw, m.Alloc<uint8_t>(m.blas.weight_bytes));
       K3_ASSIGN_OR_RETURN(uint8_t * bws, m.Alloc<uint8_t>(kBlasWorkspaceBytes));
       m.blas.weights = bw;
+      K3_ASSIGN_OR_RETURN(uint8_t * hh, m.Alloc<uint8_t>(static_cast<size_t>(B) * c.hidden * 2));
+      m.h_half = hh;
       if (cublasCreate(&m.blas.handle) != CUBLAS_STATUS_SUCCESS) {
         m.blas.handle = nullptr;
         return absl::InternalError("cublasCreate failed");
@@ -421,6 +425,17 @@ absl::Status CudaEngine::Init(const CudaEngineOptions& options) {
   K3_ASSIGN_OR_RETURN(m.su, F(B * std::max<int64_t>(shard_.shared_width, 1)));
   K3_ASSIGN_OR_RETURN(m.dg, F(B * std::max<int64_t>(shard_.dense_width, 1)));
   K3_ASSIGN_OR_RETURN(m.du, F(B * std::max<int64_t>(shard_.dense_width, 1)));
+  if (m.blas.handle != nullptr && options.prefill_f16_weights_mb > 0) {  // last: the copies take what is left
+    const size_t budget = static_cast<size_t>(options.prefill_f16_weights_mb) << 20;
+    K3_ASSIGN_OR_RETURN(HalfWeightsResult hw,
+                        MakeResidentHalfWeights(m.layers, m.arena, budget, kHalfWeightsReserveBytes, stream_));
+    half_weight_matrices_ = hw.matrices;
+    half_weight_bytes_ = hw.bytes;
+    if (options.verbose) {
+      std::fprintf(stderr, "[cuda_engine] rank %d: resident f16 weights for cuBLAS: %lld matrices, %.2f GB (%lld left to decode per call)\n",
+                   options.rank, static_cast<long long>(hw.matrices), hw.bytes / 1e9, static_cast<long long>(hw.skipped));
+    }
+  }
   K3_CU(cudaDeviceSynchronize());
   if (comm_ != nullptr) {
     // Eager all-reduces of every size a step uses at 1 and B rows, before any capture: NCCL
@@ -699,7 +714,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   // Products (Product, products.h): the f32 GEMV, the tensor-core GEMV up to kMmaMaxRows rows, the
   // tile GEMM beyond, cuBLAS from blas_min_rows rows (unless exact_prefill).
   const bool exact = options_.exact_prefill;
-  const GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes, m.blas, options_.blas_min_rows};
+  GemmScratch gws{m.gemm_ws, m.gemm_ws_bytes, m.blas, options_.blas_min_rows};
   // Decode steps (one token per sequence) above dense_gemv_max_rows rows take the tensor-core GEMV;
   // a prefill run of up to kGemvMaxRows tokens stays on the exact f32 GEMV.
   const int64_t gemv_rows = v.run == 1 ? options_.dense_gemv_max_rows : kGemvMaxRows;
@@ -722,6 +737,16 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
   };
   // Products on the tile GEMM (or cuBLAS) above mma.max_rows rows: no side stream then (below).
   const bool grouped = !exact && n > mma.max_rows;
+  // Steps whose products of h run on cuBLAS round h to f16 once after each norm (round_h) for all
+  // of them (up to six a layer), instead of once per product: the same halves.
+  const bool round_h = grouped && m.h_half != nullptr && m.blas.handle != nullptr && options_.blas_min_rows > 0 &&
+                       n >= options_.blas_min_rows && H % 8 == 0;
+  if (round_h) {
+    gws.rounded_from = m.h;
+    gws.rounded_half = m.h_half;
+    gws.rounded_cols = H;
+  }
+  auto rounded_h = [&]() { return round_h ? cuda::RoundRowsToHalf(m.h, H, n, H, m.h_half, s) : cudaSuccess; };
   // The MLA per-head products: one GEMM per head in steps whose products take GEMMs, past
   // mla_head_gemv_max_rows rows of a decode step; otherwise one stacked GEMV launch over all heads.
   const bool per_head_gemm = grouped && n > (v.run == 1 ? options_.mla_head_gemv_max_rows : 0);
@@ -876,6 +901,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       if (banked) K3_CU(AddInto(m.bank[n_ckpt++], m.x, n * H, false, s));
       K3_CU(Rms(m.cur, m.h, lw.attn_norm, n, H, eps, s));
     }
+    K3_CU(rounded_h());  // every write of h is followed by this
     const int64_t ki = c.kind_index(il);
     // Whether the layer's attention and FFN output products add into m.x themselves.
     const bool attn_added = into_residual(c.is_mla(il) ? lw.mla.out : lw.kda.out);
@@ -1153,6 +1179,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       K3_CU(mix(lw.ffn_res_score, m.x, m.cur));
       K3_CU(Rms(m.cur, m.h, lw.ffn_norm, n, H, eps, s));
     }
+    K3_CU(rounded_h());
     if (c.is_dense(il)) {
       K3_RETURN_IF_ERROR(mark(kDense));
       const DDense& w = lw.dense;

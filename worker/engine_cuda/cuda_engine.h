@@ -195,10 +195,10 @@ struct CudaEngineOptions {
   // cuBLAS; AddMixNorm's one-block-per-token kernel there): one read of x, the deltas and the
   // checkpoints and one write of x and the norm per step, where the separate AddInto, ResidualMix
   // (two passes over x and every checkpoint) and RMS norm launches move ~10 rows of the stream per
-  // token. Not bit-identical to the unfused path (the mix's sums in another order). Off: this form
-  // has not run on a GPU yet (the cluster kernel in its place was slower, H100 PP4096 17057 ->
-  // 16755 tok/s: bench/results/2026-12-07-prefill-fused-residual-negative-*).
-  bool fused_prefill_residual = false;
+  // token. Not bit-identical to the unfused path (the mix's sums in another order; golden logits
+  // relL2 1.2e-3 from the unfused). H100, PP4096 slice8: mixes+norms+adds 11.1 -> 7.9 ms, 16971 ->
+  // 17135 tok/s (bench/results/2026-12-07-kda-integer-split-fused-prefill-residual-*).
+  bool fused_prefill_residual = true;
   // Prefill chunks' MoE router (F32 weights, kept ~exact: a rounded logit may change the chosen
   // experts) on the tensor cores in 3xTF32 (cuda::F32GemmTf32x3: split operands, ~f32 accuracy)
   // instead of cuBLAS's f32 GEMM on the FP32 pipes (1.04 ms a MoE layer at 4096 tokens, H100).
@@ -224,6 +224,12 @@ struct CudaEngineOptions {
   // MLA 7.0 -> 4.2), except the LM head below kHeadBlasMinRows rows (products.h). 0: never (the
   // tile GEMM). Unused with exact_prefill. The MoE's grouped expert products stay on the tile GEMM.
   int64_t blas_min_rows = 33;
+  // Those cuBLAS products read resident f16 copies of their weights, made at load
+  // (half_weights.h), instead of decoding them per call: up to this many MiB of copies, and only
+  // while the device keeps kHalfWeightsReserveBytes (4 GiB) free after them (0: off, every call decodes).
+  // Costs memory (2 bytes a weight beside the quantized rows: the slice's 8 layers ~9 GB), saves a
+  // pass over the weights per product and call. Needs blas_min_rows.
+  int64_t prefill_f16_weights_mb = 0;
   // Prefill chunks of at least this many rows run MLA attention in the decompressed form
   // (kernels/cuda/mla/mla_prefill_mha.h: per head K = k_bᵀ·latent | k_pe and V = v_b·latent,
   // decompressed once per chunk on cuBLAS, then 192 + 128 multiply-adds per (row, head, key)
@@ -296,6 +302,9 @@ class CudaEngine {
   int64_t CollectivesPerStep() const { return ranks() > 1 ? 1 + 2 * config_.n_layers : 0; }
   // Bytes of weights resident on the device (this rank's shard).
   uint64_t weight_bytes() const { return weight_bytes_; }
+  // The resident f16 copies made at load (prefill_f16_weights_mb): matrices and device bytes.
+  int64_t half_weight_matrices() const { return half_weight_matrices_; }
+  uint64_t half_weight_bytes() const { return half_weight_bytes_; }
   // Bytes of weights one decode step of n_seqs rows reads at least (each weight once; per MoE
   // layer min(n_seqs x K, experts) distinct experts).
   uint64_t step_weight_bytes(int64_t n_seqs) const { return step_bytes(n_seqs, 0).weights(); }
@@ -417,6 +426,8 @@ class CudaEngine {
   cudaEvent_t prefetch_event_ = nullptr, prefetch_join_ = nullptr;
   coll::Communicator* comm_ = nullptr;  // several ranks only
   uint64_t weight_bytes_ = 0;
+  int64_t half_weight_matrices_ = 0;
+  uint64_t half_weight_bytes_ = 0;
   std::unordered_map<SeqId, Sequence> seqs_;
   std::vector<int32_t> free_pages_;
   int64_t cache_pages_ = 0;  // pages in the pool

@@ -24,6 +24,9 @@ struct DMat {
   // The direct-load GEMV's copy (Q8_0 repacked into quant and scale planes; F32/F16/BF16: data
   // itself), or nullptr: decode steps then use the block-layout GEMV.
   const void* direct = nullptr;
+  // A resident f16 copy of the rows ([rows][cols], the values QuantDequantF16 writes) that the
+  // cuBLAS products read instead of decoding per call (half_weights.h), or nullptr.
+  const void* half = nullptr;
 };
 struct DStack {
   quant::GgmlType type = quant::GgmlType::kF32;

@@ -209,7 +209,11 @@ cudaError_t Product(const DMat& w, const float* x, int64_t x_stride, float* y, i
   auto p = ProductParams<cuda::QuantGemmParams>(w, x, x_stride, y, y_stride, n);
   p.workspace = ws.data;
   p.workspace_bytes = ws.bytes;
-  if (TakesBlas(ws, n)) return cuda::QuantGemmBlas(p, ws.blas, s);
+  if (TakesBlas(ws, n)) {
+    const bool rounded = ws.rounded_half != nullptr && x == ws.rounded_from && x_stride == ws.rounded_cols &&
+                         w.cols == ws.rounded_cols;
+    return cuda::QuantGemmBlas(p, ws.blas, s, w.half, rounded ? ws.rounded_half : nullptr);
+  }
   return cuda::QuantGemm(p, s);
 }
 

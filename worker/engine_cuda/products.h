@@ -56,6 +56,12 @@ struct GemmScratch {
   size_t bytes = 0;
   cuda::BlasScratch blas = {};
   int64_t blas_min_rows = 0;  // used only when blas.handle is set (the engine makes one when > 0)
+  // One input already rounded for cuBLAS (RoundRowsToHalf: [n][rounded_cols] halves of
+  // rounded_from, rows of stride rounded_cols), or null: products of exactly that x take it instead
+  // of rounding their own (the engine's normed stream, read by up to six products a layer).
+  const float* rounded_from = nullptr;
+  const void* rounded_half = nullptr;
+  int64_t rounded_cols = 0;
 };
 
 // y = W x for n rows through a GEMV: the direct-load kernel when w has its direct form.

@@ -13,7 +13,8 @@ int64_t QuantGemmBlasRowBlock(int64_t cols, size_t weight_bytes) {
   return rows / 128 * 128;
 }
 
-cudaError_t QuantGemmBlas(const QuantGemmParams& p, const BlasScratch& blas, cudaStream_t stream) {
+cudaError_t QuantGemmBlas(const QuantGemmParams& p, const BlasScratch& blas, cudaStream_t stream,
+                          const void* weight_half, const void* x_half) {
   if (p.n_groups != 1 || p.group_offsets != nullptr || p.x_rows != nullptr || p.mat_ids != nullptr || p.split_x) {
     return cudaErrorInvalidValue;
   }
@@ -29,29 +30,43 @@ cudaError_t QuantGemmBlas(const QuantGemmParams& p, const BlasScratch& blas, cud
   if (p.x_stride < p.cols || p.x_stride % 4 != 0) return cudaErrorInvalidValue;
   if (p.y_stride < p.rows || p.y_stride > 0x7fffffff || p.y == nullptr) return cudaErrorInvalidValue;
   if (p.rows == 0 || p.n_tokens == 0) return cudaSuccess;
-  if (blas.handle == nullptr || blas.weights == nullptr) return cudaErrorInvalidValue;
-  const int64_t block = QuantGemmBlasRowBlock(p.cols, blas.weight_bytes);
-  if (block == 0) return cudaErrorInvalidValue;
-  if (p.weight == nullptr || p.x == nullptr) return cudaErrorInvalidValue;
-  if (p.workspace == nullptr || p.workspace_bytes < QuantGemmWorkspaceBytes(p)) return cudaErrorInvalidValue;
-  if ((reinterpret_cast<uintptr_t>(blas.weights) & 255u) != 0 ||
-      (reinterpret_cast<uintptr_t>(p.workspace) & 255u) != 0) {
+  if (blas.handle == nullptr) return cudaErrorInvalidValue;
+  const bool resident = weight_half != nullptr;
+  if (resident && (reinterpret_cast<uintptr_t>(weight_half) & 15u) != 0) return cudaErrorMisalignedAddress;
+  const int64_t block = resident ? p.rows : QuantGemmBlasRowBlock(p.cols, blas.weight_bytes);
+  if (block == 0 || (!resident && blas.weights == nullptr)) return cudaErrorInvalidValue;
+  if (p.weight == nullptr) return cudaErrorInvalidValue;
+  if (x_half == nullptr &&
+      (p.x == nullptr || p.workspace == nullptr || p.workspace_bytes < QuantGemmWorkspaceBytes(p))) {
+    return cudaErrorInvalidValue;
+  }
+  if ((!resident && (reinterpret_cast<uintptr_t>(blas.weights) & 255u) != 0) ||
+      (x_half == nullptr && (reinterpret_cast<uintptr_t>(p.workspace) & 255u) != 0) ||
+      (reinterpret_cast<uintptr_t>(x_half) & 15u) != 0) {
     return cudaErrorMisalignedAddress;
   }
-  K3_CUDA_CHECK(RoundRowsToHalf(p.x, p.x_stride, p.n_tokens, p.cols, p.workspace, stream));
+  const void* b = x_half;
+  if (b == nullptr) {
+    K3_CUDA_CHECK(RoundRowsToHalf(p.x, p.x_stride, p.n_tokens, p.cols, p.workspace, stream));
+    b = p.workspace;
+  }
   K3_CUBLAS_CHECK(cublasSetStream(blas.handle, stream));
   const float one = 1.0f, zero = 0.0f;
   const int k = static_cast<int>(p.cols);
   for (int64_t r0 = 0; r0 < p.rows; r0 += block) {
     const int64_t n_rows = std::min(block, p.rows - r0);
-    QuantDequantF16Params d{p.type, p.weight, p.cols, p.row_bytes, r0, n_rows, blas.weights};
-    K3_CUDA_CHECK(QuantDequantF16(d, stream));
+    const void* a = weight_half;
+    if (!resident) {
+      QuantDequantF16Params d{p.type, p.weight, p.cols, p.row_bytes, r0, n_rows, blas.weights};
+      K3_CUDA_CHECK(QuantDequantF16(d, stream));
+      a = blas.weights;
+    }
     // Column-major view: C (n_rows x n_tokens, ld y_stride) = A^T B, with A the f16 rows as a
     // (cols x n_rows) matrix and B the f16 activations as (cols x n_tokens).
     K3_CUBLAS_CHECK(cublasGemmEx(blas.handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n_rows),
-                                 static_cast<int>(p.n_tokens), k, &one, blas.weights, CUDA_R_16F, k, p.workspace,
-                                 CUDA_R_16F, k, &zero, p.y + r0, CUDA_R_32F, static_cast<int>(p.y_stride),
-                                 CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+                                 static_cast<int>(p.n_tokens), k, &one, a, CUDA_R_16F, k, b, CUDA_R_16F, k,
+                                 &zero, p.y + r0, CUDA_R_32F, static_cast<int>(p.y_stride), CUBLAS_COMPUTE_32F,
+                                 CUBLAS_GEMM_DEFAULT));
   }
   return cudaSuccess;
 }

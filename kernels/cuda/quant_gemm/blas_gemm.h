@@ -37,7 +37,14 @@ inline size_t QuantGemmBlasMinScratch(int64_t cols) { return static_cast<size_t>
 // f32 alignment). Returns cudaErrorInvalidValue for anything else or a short scratch (nothing
 // launched then), cudaErrorNotSupported / cudaErrorUnknown when cuBLAS refuses or fails (mapped
 // from its status), otherwise the first launch error. No allocation, no host synchronization.
-cudaError_t QuantGemmBlas(const QuantGemmParams& p, const BlasScratch& blas, cudaStream_t stream);
+//
+// weight_half: the whole matrix already decoded to f16 ([rows][cols], 16-byte aligned, the values
+// QuantDequantF16 writes: a resident copy, CudaEngineOptions::prefill_f16_weights_mb), or nullptr.
+// Given, the decode is skipped and one cublasGemmEx covers every row (blas.weights may be null).
+// x_half: x already rounded (RoundRowsToHalf's [n_tokens][cols] output, 16-byte aligned: several
+// products of one input share one rounding), or nullptr; given, x and the workspace are not read.
+cudaError_t QuantGemmBlas(const QuantGemmParams& p, const BlasScratch& blas, cudaStream_t stream,
+                          const void* weight_half = nullptr, const void* x_half = nullptr);
 
 // y[t][r] = Σ_c W[r][c] x[t][c] with F32 weights and activations as they are: cuBLAS's f32 GEMM
 // (no tensor-core rounding: exact up to the order of the f32 additions, like the f32 GEMV), for
