@@ -17,7 +17,7 @@ PHASES=${*:-prefill decode long}
 OUT=${OUT:-$PWD/device-out}; mkdir -p "$OUT"
 B=/tmp/k3kern
 source "$(dirname "$0")/unpack_carry.sh"
-k3_unpack_carry "$PWD/.k3kern" "$B" || exit 1
+k3_unpack_carry "${K3_CARRY:-$PWD/.k3kern}" "$B" || exit 1  # K3_CARRY: another pack with the bench (engine_pack.sh's)
 nvidia-smi --query-gpu=name,clocks.max.sm,memory.total --format=csv,noheader
 T0=$(date +%s)
 S="--preset slice --layers 8 --quant UD-IQ1_S --int8-experts ${K3_LOCK_EXTRA:-}"  # K3_LOCK_EXTRA: flags for every run

@@ -554,17 +554,28 @@ TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
 // path must differ
 // (else it was not taken: the golden prompts' chunks are past mma_max_rows, the grouped steps).
 TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
-  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
-  opt.fused_prefill_residual = false;
-  auto unfused = OpenWith(opt);
-  opt.fused_prefill_residual = true;
-  auto fused = OpenWith(opt);
-  ASSERT_TRUE(unfused && fused);
-  const std::vector<float> u_all = RunPrompts(*unfused, 970), f_all = RunPrompts(*fused, 980);
-  ASSERT_EQ(u_all.size(), f_all.size());
-  EXPECT_NE(0, std::memcmp(u_all.data(), f_all.data(), u_all.size() * sizeof(float)))
-      << "fused_prefill_residual did not take the prefill's residual steps";
-  Bars(u_all, f_all, fused->config().vocab, "fused vs unfused prefill residual steps", 2e-2, 1.0, 0.95);
+  // Both KDA prefill forms; the prompts one by one (under 128 rows: AddMixNorm's cluster kernel)
+  // and all four as one sequence of 374 rows (its one-block-per-token kernel).
+  std::vector<int32_t> joined;
+  for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+  for (bool chunked : {true, false}) {
+    CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+    opt.chunked_kda = chunked;
+    opt.fused_prefill_residual = false;
+    auto unfused = OpenWith(opt);
+    opt.fused_prefill_residual = true;
+    auto fused = OpenWith(opt);
+    ASSERT_TRUE(unfused && fused);
+    const std::string kda = chunked ? " (chunked KDA)" : " (token KDA)";
+    std::vector<float> u_all = RunPrompts(*unfused, 970), f_all = RunPrompts(*fused, 980);
+    ASSERT_EQ(u_all.size(), f_all.size());
+    EXPECT_NE(0, std::memcmp(u_all.data(), f_all.data(), u_all.size() * sizeof(float)))
+        << "fused_prefill_residual did not take the prefill's residual steps" << kda;
+    Bars(u_all, f_all, fused->config().vocab, "fused vs unfused residual" + kda, 2e-2, 1.0, 0.95);
+    u_all = RunPrompt(*unfused, joined, 975);
+    f_all = RunPrompt(*fused, joined, 985);
+    Bars(u_all, f_all, fused->config().vocab, "fused vs unfused residual, 374 rows" + kda, 2e-2, 1.0, 0.95);
+  }
 }
 
 // tf32x3_router: prefill chunks' MoE router in 3xTF32 on the tensor cores. Its logits are ~f32

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # k3-worker refuses a missing or doubled model source, --synth, --prefill-chunk and the CUDA fast
 # options (--int8-experts, --ternary-experts, --chunked-kda, --token-kda, --tc-mla-decode,
-# --exact-mla-decode) without the GPU backend, --ternary-experts without --int8-experts, the two MLA
+# --exact-mla-decode, --f16-weights-mb) without the GPU backend, a negative --f16-weights-mb, --ternary-experts without --int8-experts, the two MLA
 # decode flags together, the two KDA prefill flags together, a value given to a bare flag, and a
 # doubled or unreadable prompt, with a clear message and a non-zero status (no rank hangs: each case
 # is one process, no mpirun); a prompt read from --prompt-file generates what the same ids given
@@ -35,6 +35,8 @@ expect "token kda on cpu" "options of the CUDA engine" --model "$golden" --token
 expect "both kda flags" "chunked-kda and --token-kda exclude each other" --backend cuda --synth tiny --chunked-kda --token-kda
 expect "tc mla decode on cpu" "options of the CUDA engine" --model "$golden" --tc-mla-decode
 expect "exact mla decode on cpu" "options of the CUDA engine" --model "$golden" --exact-mla-decode
+expect "f16 weights on cpu" "options of the CUDA engine" --model "$golden" --f16-weights-mb 1024
+expect "negative f16 weights" "f16-weights-mb wants MiB >= 0" --backend cuda --synth tiny --f16-weights-mb -3
 expect "both mla decode flags" "exclude each other" --backend cuda --synth tiny --tc-mla-decode --exact-mla-decode
 expect "flag with a value" "int8-experts takes no value" --backend cuda --synth tiny --int8-experts yes
 expect "prompt and prompt file" "one of --prompt and --prompt-file" --model "$golden" --prompt "1 2" --prompt-file /dev/null

@@ -197,14 +197,16 @@ struct CudaEngineOptions {
   // (two passes over x and every checkpoint) and RMS norm launches move ~10 rows of the stream per
   // token. Not bit-identical to the unfused path (the mix's sums in another order; golden logits
   // relL2 1.2e-3 from the unfused). H100, PP4096 slice8: mixes+norms+adds 11.1 -> 7.9 ms, 16971 ->
-  // 17135 tok/s (bench/results/2026-12-07-kda-integer-split-fused-prefill-residual-*).
-  bool fused_prefill_residual = true;
+  // 17135 tok/s (bench/results/2026-12-07-kda-integer-split-fused-prefill-residual-*). Off: with it
+  // the token-by-token KDA prefill moved away from ref-a (relL2 3.06e-2 -> 3.89e-2; the chunked one
+  // did not), not yet understood (bench/results/2026-12-07-resident-f16-weights-*).
+  bool fused_prefill_residual = false;
   // Prefill chunks' MoE router (F32 weights, kept ~exact: a rounded logit may change the chosen
   // experts) on the tensor cores in 3xTF32 (cuda::F32GemmTf32x3: split operands, ~f32 accuracy)
   // instead of cuBLAS's f32 GEMM on the FP32 pipes (1.04 ms a MoE layer at 4096 tokens, H100).
-  // Off: this form has not run on a GPU yet (its first form was no faster than cuBLAS and not
-  // accurate enough; same results file).
-  bool tf32x3_router = false;
+  // Its max error 3.98e-6 of L2 at K = 7168 (cuBLAS f32: 4.34e-6); H100, PP4096: 947 us a MoE
+  // layer against cuBLAS's 1030 (bench/results/2026-12-07-resident-f16-weights-*).
+  bool tf32x3_router = true;
   // On one rank (no all-reduce between a layer's output product and the residual stream), the
   // output products that run on the direct-load or the tensor-core GEMV add into the stream in
   // their epilogue (ResidualProduct: x += W·o for attention and the dense FFN, x += W·m + shared
@@ -228,8 +230,9 @@ struct CudaEngineOptions {
   // (half_weights.h), instead of decoding them per call: up to this many MiB of copies, and only
   // while the device keeps kHalfWeightsReserveBytes (4 GiB) free after them (0: off, every call decodes).
   // Costs memory (2 bytes a weight beside the quantized rows: the slice's 8 layers ~9 GB), saves a
-  // pass over the weights per product and call. Needs blas_min_rows.
-  int64_t prefill_f16_weights_mb = 0;
+  // pass over the weights per product and call. Needs blas_min_rows. H100, PP4096 slice8: 17623 ->
+  // 17976 tok/s with 6.9 GB of copies (bench/results/2026-12-07-resident-f16-weights-*).
+  int64_t prefill_f16_weights_mb = 16384;
   // Prefill chunks of at least this many rows run MLA attention in the decompressed form
   // (kernels/cuda/mla/mla_prefill_mha.h: per head K = k_bᵀ·latent | k_pe and V = v_b·latent,
   // decompressed once per chunk on cuBLAS, then 192 + 128 multiply-adds per (row, head, key)

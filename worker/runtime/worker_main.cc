@@ -33,6 +33,10 @@
 //                                       chunks of 16 tokens on tensor cores (3xTF32, ~f32;
 //                                       CudaEngineOptions::chunked_kda off; --chunked-kda, the
 //                                       default, is still accepted)
+//       [--f16-weights-mb N]            cuda: MiB of resident f16 copies of the dense weights for the
+//                                       products of prefill chunks and large batches (default 16384;
+//                                       0: decoded per call, for the memory; CudaEngineOptions::
+//                                       prefill_f16_weights_mb)
 //       [--exact-mla-decode]            cuda: decode steps' MLA attention on the exact f32 kernel
 //                                       instead of tensor cores, over an f32 cache
 //                                       (CudaEngineOptions::tc_mla_decode and cache_f16 off;
@@ -227,6 +231,7 @@ struct CudaFastPaths {
   bool token_kda = false;         // the flag given: chunked KDA prefill off
   bool tc_mla_decode = false;     // the flag given (the engine's default anyway)
   bool exact_mla_decode = false;  // the flag given: tensor-core MLA decode off
+  int64_t f16_weights_mb = -1;    // --f16-weights-mb; -1: the engine's default
 };
 
 #ifdef K3_HAVE_CUDA_BACKEND
@@ -259,6 +264,7 @@ absl::Status RunCuda(k3::coll::Communicator& comm, const ModelSource& model, k3:
   opt.chunked_kda = !fast.token_kda;
   opt.tc_mla_decode = !fast.exact_mla_decode;
   opt.cache_f16 = !fast.exact_mla_decode;  // the exact decode kernel on an f32 cache: the exact function
+  if (fast.f16_weights_mb >= 0) opt.prefill_f16_weights_mb = fast.f16_weights_mb;
   opt.verbose = rank == 0;
   std::unique_ptr<k3::engine_cuda::CudaEngine> engine;
   if (!model.path.empty()) {
@@ -315,6 +321,7 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
       return absl::InvalidArgumentError(absl::StrCat("--", name, " takes no value"));
     }
   }
+  K3_ASSIGN_OR_RETURN(fast.f16_weights_mb, args.Int("f16-weights-mb", -1));
   ServeOptions serve;
   serve.address = args.Str("serve");
   const std::string token_file = args.Str("auth-token-file");
@@ -328,11 +335,14 @@ absl::Status Run(k3::CliArgs& args, int rank, int size) {
   K3_RETURN_IF_ERROR(args.Finish());
   if (backend != "cpu" && backend != "cuda") return absl::InvalidArgumentError("--backend is cpu or cuda");
   if ((fast.int8_experts || fast.ternary_experts || fast.chunked_kda || fast.token_kda || fast.tc_mla_decode ||
-       fast.exact_mla_decode) &&
+       fast.exact_mla_decode || fast.f16_weights_mb >= 0) &&
       backend != "cuda") {
     return absl::InvalidArgumentError(
-        "--int8-experts, --ternary-experts, --chunked-kda, --token-kda, --tc-mla-decode and --exact-mla-decode are "
-        "options of the CUDA engine (--backend cuda)");
+        "--int8-experts, --ternary-experts, --chunked-kda, --token-kda, --tc-mla-decode, --exact-mla-decode and "
+        "--f16-weights-mb are options of the CUDA engine (--backend cuda)");
+  }
+  if (args.Has("f16-weights-mb") && fast.f16_weights_mb < 0) {
+    return absl::InvalidArgumentError("--f16-weights-mb wants MiB >= 0");
   }
   if (fast.ternary_experts && !fast.int8_experts) {
     return absl::InvalidArgumentError("--ternary-experts needs --int8-experts (the experts' f32-input GEMVs read only "
