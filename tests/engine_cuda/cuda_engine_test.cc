@@ -555,7 +555,14 @@ TEST_F(CudaGoldenTest, ChunkedKdaPrefillMatchesTokenByToken) {
 // (else it was not taken: the golden prompts' chunks are past mma_max_rows, the grouped steps).
 TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
   // Both KDA prefill forms; the prompts one by one (under 128 rows: AddMixNorm's cluster kernel)
-  // and all four as one sequence of 374 rows (its one-block-per-token kernel).
+  // and all four as one sequence of 374 rows (its one-block-per-token kernel). The golden model's
+  // routing has near-ties, so a ~1e-6 change in the residual stream may pick another expert at a
+  // few positions and carry into the state after them: measured on an H100, fused against unfused
+  // relL2 1.2e-3 (chunked KDA, per prompt), 1.4e-2 (chunked, 374 rows), 2.5e-2 and 2.6e-2 (token
+  // KDA), top-1 0.992-0.995 every time. So the tight bar is on the chunked prompts; every fused run
+  // keeps its top-1 choices (0.98) and its mean KL small, and the token form's per-prompt logits are
+  // held to llama.cpp's closeness to ref-a. AddMixNorm itself is held to the CPU by
+  // CudaAddMixNormTest.MatchesCpu.
   std::vector<int32_t> joined;
   for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
   for (bool chunked : {true, false}) {
@@ -566,15 +573,20 @@ TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
     opt.fused_prefill_residual = true;
     auto fused = OpenWith(opt);
     ASSERT_TRUE(unfused && fused);
+    const int64_t V = fused->config().vocab;
     const std::string kda = chunked ? " (chunked KDA)" : " (token KDA)";
     std::vector<float> u_all = RunPrompts(*unfused, 970), f_all = RunPrompts(*fused, 980);
     ASSERT_EQ(u_all.size(), f_all.size());
     EXPECT_NE(0, std::memcmp(u_all.data(), f_all.data(), u_all.size() * sizeof(float)))
         << "fused_prefill_residual did not take the prefill's residual steps" << kda;
-    Bars(u_all, f_all, fused->config().vocab, "fused vs unfused residual" + kda, 2e-2, 1.0, 0.95);
+    const auto m = chunked ? Bars(u_all, f_all, V, "fused vs unfused residual" + kda, 2e-2, 1.0, 0.95)
+                           : Bars(u_all, f_all, V, "fused vs unfused residual" + kda, 5e-2, 2.0, 0.98);
+    EXPECT_LE(m.kl_mean, 1e-2) << kda;
+    if (!chunked) ExpectAtLeastAsCloseAsLlamaCpp(f_all, V, "fused residual, token KDA prefill");
     u_all = RunPrompt(*unfused, joined, 975);
     f_all = RunPrompt(*fused, joined, 985);
-    Bars(u_all, f_all, fused->config().vocab, "fused vs unfused residual, 374 rows" + kda, 2e-2, 1.0, 0.95);
+    const auto j = Bars(u_all, f_all, V, "fused vs unfused residual, 374 rows" + kda, 5e-2, 2.0, 0.98);
+    EXPECT_LE(j.kl_mean, 1e-2) << kda;
   }
 }
 
