@@ -304,6 +304,27 @@ TEST_F(CudaGoldenTest, FusedResidualMatchesReference) {
   }
 }
 
+// The same fused step over whole prompts with exact products (exact_prefill: no step is
+// "grouped", so fused_residual, not fused_prefill_residual, decides): the cluster kernel at a
+// prompt's rows, held to ref-a like the exact prefill; and the rows kernel (from 128 rows: the
+// four prompts as one 374-row sequence) against the unfused exact prefill of the same sequence.
+// Exact products leave no rounding for the golden model's routing near-ties to amplify, so these
+// are the tight bars the fast prefill cannot have (FusedPrefillResidualMatchesUnfused).
+TEST_F(CudaGoldenTest, FusedResidualExactPrefillMatchesReference) {
+  auto fused = Open(false, true, 512, /*exact=*/true, /*tc_mla_decode=*/false, /*int8_expert_x=*/false, 4, 512, 512,
+                    /*fused_residual=*/true);
+  auto plain = Open(false, true, 512, /*exact=*/true);
+  ASSERT_TRUE(fused && plain);
+  const int64_t V = fused->config().vocab;
+  for (size_t p = 0; p < prompts_.size(); ++p) {
+    const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
+    Bars(ref, RunPrompt(*fused, prompts_[p], 1030 + p), V, "fused residual, exact prefill " + std::to_string(p));
+  }
+  std::vector<int32_t> joined;
+  for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+  Bars(RunPrompt(*plain, joined, 1040), RunPrompt(*fused, joined, 1041), V, "fused residual, exact prefill 374 rows");
+}
+
 // l2_prefetch_mb: decode steps prefetch weights into L2 on a third stream, joined at the step's end
 // (graph capture included). It changes when bytes arrive, never a value: bit-identical logits.
 TEST_F(CudaGoldenTest, L2PrefetchChangesNoValue) {
