@@ -29,7 +29,8 @@
 // --ternary-experts: with --int8-experts, the experts held in their ternary form instead of the ggml
 // rows (made at load), read by those GEMVs and by the grouped GEMMs (CudaEngineOptions::ternary_experts);
 // --chunked-kda: prefill runs' KDA recurrence in chunks of 16 tokens on tensor cores
-// (CudaEngineOptions::chunked_kda; --token-kda: token by token);
+// (CudaEngineOptions::chunked_kda; --token-kda: token by token); --pipelined-kda: that chunked
+// kernel software-pipelined (CudaEngineOptions::pipelined_kda; --unpipelined-kda: off);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
 // --fused-prefill-residual / --unfused-prefill-residual: prefill chunks' residual steps in one
@@ -143,7 +144,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const k3::engine_cuda::CudaEngineOptions defaults;
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
   bool chunked_kda = defaults.chunked_kda, fused_prefill_residual = defaults.fused_prefill_residual;
-  bool tf32x3_router = defaults.tf32x3_router;
+  bool tf32x3_router = defaults.tf32x3_router, pipelined_kda = defaults.pipelined_kda;
   bool mma_staged_x = defaults.mma_staged_x, wgmma_mla = defaults.wgmma_mla;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -170,6 +171,8 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--ternary-experts") ternary_experts = true;  // CudaEngineOptions::ternary_experts
     else if (a == "--chunked-kda") chunked_kda = true;  // CudaEngineOptions::chunked_kda
     else if (a == "--token-kda") chunked_kda = false;  // CudaEngineOptions::chunked_kda off
+    else if (a == "--pipelined-kda") pipelined_kda = true;  // CudaEngineOptions::pipelined_kda
+    else if (a == "--unpipelined-kda") pipelined_kda = false;
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--unfused-prefill-residual") fused_prefill_residual = false;
     else if (a == "--fused-prefill-residual") fused_prefill_residual = true;
@@ -238,6 +241,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.fused_prefill_residual = fused_prefill_residual;
   opt.tf32x3_router = tf32x3_router;
   opt.chunked_kda = chunked_kda;
+  opt.pipelined_kda = pipelined_kda;
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
   opt.grouped_expert_gemv = grouped_expert_gemv;
@@ -311,7 +315,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
         static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed",
-        chunked_kda ? "chunked (tensor cores)" : "token by token", tf32x3_router ? "3xTF32" : "cuBLAS f32",
+        chunked_kda ? (pipelined_kda ? "chunked (tensor cores, pipelined)" : "chunked (tensor cores)") : "token by token", tf32x3_router ? "3xTF32" : "cuBLAS f32",
         eng.half_weight_bytes() / 1e9, static_cast<long long>(eng.half_weight_matrices()),
         static_cast<long long>(opt.prefill_f16_weights_mb));
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,

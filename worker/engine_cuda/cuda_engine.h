@@ -79,6 +79,10 @@ struct CudaEngineOptions {
   // (bench/results/2026-12-07-chunked-kda-default-prefill-pp4096-decode-b1-b64-4k-k3slice8-ud-iq1s-
   // h100x1-bbc2b1a.md). Off: the token-by-token kernel.
   bool chunked_kda = true;
+  // With chunked_kda, the chunked kernel software-pipelined (cuda::KdaDecodeParams::pipelined: the
+  // next chunk's exponentials, A, Mq and T beside this chunk's state products; the same bits).
+  // Built in session 49 with no GPU to run it on: off until measured.
+  bool pipelined_kda = false;
   // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.

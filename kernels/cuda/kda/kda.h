@@ -36,6 +36,10 @@ struct KdaDecodeParams {
   // time, ~f32 accuracy but not this kernel's bits) where KdaChunkedTakes. Needs every g >=
   // -kKdaChunkedMaxDecay (its decays factor around a chunk's middle token; K3's gate is >= -5).
   bool chunked = false;
+  // The chunked form software-pipelined: the next chunk's state-independent work (exponentials,
+  // A, Mq, T) beside this chunk's state products, two barriers a chunk instead of four; the same
+  // bits, 71 KB more shared memory (kda_chunked.cu).
+  bool pipelined = false;
 };
 cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream);
 
