@@ -652,6 +652,28 @@ TEST_F(CudaGoldenTest, ResidentHalfWeightsMatchDecodedPerCall) {
   Bars(p_all, r_all, resident->config().vocab, "resident vs per-call f16 weights", 1e-5, 1e-6, 1.0);
 }
 
+// pipelined_kda: the chunked KDA kernel's software-pipelined form runs the same products on the
+// same operands (CudaKdaTest.ChunkedPipelinedIsUnpipelinedBitForBit): the same logits, bit for bit,
+// prompt by prompt and on the 374-row joined prompt (24 chunks of 16 tokens).
+TEST_F(CudaGoldenTest, PipelinedKdaChangesNoValue) {
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+  ASSERT_TRUE(opt.chunked_kda);
+  opt.pipelined_kda = false;
+  auto plain = OpenWith(opt);
+  opt.pipelined_kda = true;
+  auto piped = OpenWith(opt);
+  ASSERT_TRUE(plain && piped);
+  std::vector<int32_t> joined;
+  for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+  for (int form = 0; form < 2; ++form) {
+    const std::vector<float> a = form == 0 ? RunPrompts(*plain, 1050) : RunPrompt(*plain, joined, 1060);
+    const std::vector<float> b = form == 0 ? RunPrompts(*piped, 1070) : RunPrompt(*piped, joined, 1080);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+        << "pipelined_kda changed the logits" << (form == 0 ? " (prompt by prompt)" : " (374 rows)");
+  }
+}
+
 // The token-by-token KDA prefill (k3-worker --token-kda) held to llama.cpp's closeness to ref-a;
 // the chunked one, the default, is held to it by FastPrefillAtLeastAsCloseAsLlamaCpp.
 TEST_F(CudaGoldenTest, TokenByTokenKdaPrefillAtLeastAsCloseAsLlamaCpp) {
