@@ -81,8 +81,10 @@ struct CudaEngineOptions {
   bool chunked_kda = true;
   // With chunked_kda, the chunked kernel software-pipelined (cuda::KdaDecodeParams::pipelined: the
   // next chunk's exponentials, A, Mq and T beside this chunk's state products; the same bits).
-  // Built in session 49 with no GPU to run it on: off until measured.
-  bool pipelined_kda = false;
+  // H100, slice8 PP4096, three alternating rounds: 17516 -> 17684 tok/s; the kernel 2.44-2.49 ->
+  // 2.20-2.30 ms a layer (ncu) (bench/results/2026-12-07-pipelined-kda-fused-prefill-residual-*).
+  // Off: the one-chunk-at-a-time kernel.
+  bool pipelined_kda = true;
   // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.
@@ -201,10 +203,12 @@ struct CudaEngineOptions {
   // (two passes over x and every checkpoint) and RMS norm launches move ~10 rows of the stream per
   // token. Not bit-identical to the unfused path (the mix's sums in another order; golden logits
   // relL2 1.2e-3 from the unfused). H100, PP4096 slice8: mixes+norms+adds 11.1 -> 7.9 ms, 16971 ->
-  // 17135 tok/s (bench/results/2026-12-07-kda-integer-split-fused-prefill-residual-*). Off: with it
-  // the token-by-token KDA prefill moved away from ref-a (relL2 3.06e-2 -> 3.89e-2; the chunked one
-  // did not), not yet understood (bench/results/2026-12-07-resident-f16-weights-*).
-  bool fused_prefill_residual = false;
+  // 17135 tok/s (bench/results/2026-12-07-kda-integer-split-fused-prefill-residual-*). With exact
+  // products the fused step is exact (golden logits relL2 1.1e-6 to 1.7e-6 from ref-a, the 374-row
+  // kernel included); in the fast prefill it moves routing near-ties (the token-by-token KDA form
+  // 3.06e-2 -> 3.89e-2 from ref-a, llama.cpp 1.33e-1). The default since session 49 (H100, with
+  // pipelined_kda: PP4096 17684 -> 18014 tok/s; bench/results/2026-12-07-pipelined-kda-*).
+  bool fused_prefill_residual = true;
   // Prefill chunks' MoE router (F32 weights, kept ~exact: a rounded logit may change the chosen
   // experts) on the tensor cores in 3xTF32 (cuda::F32GemmTf32x3: split operands, ~f32 accuracy)
   // instead of cuBLAS's f32 GEMM on the FP32 pipes (1.04 ms a MoE layer at 4096 tokens, H100).
