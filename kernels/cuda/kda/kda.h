@@ -38,7 +38,7 @@ struct KdaDecodeParams {
   bool chunked = false;
   // The chunked form software-pipelined: the next chunk's state-independent work (exponentials,
   // A, Mq, T) beside this chunk's state products, two barriers a chunk instead of four; the same
-  // bits, 71 KB more shared memory (kda_chunked.cu).
+  // bits, 68 KiB more shared memory (a second set of the derived arrays; kda_chunked.cu).
   bool pipelined = false;
 };
 cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream);

@@ -52,7 +52,8 @@ struct __align__(16) KdaChunkDerived {
 };
 
 struct __align__(16) KdaChunkSmem {
-  // The chunk after next, staged by cp.async (tokens past the run zero-filled: k = q = g = v = beta = 0).
+  // The next chunk to derive (Prep), staged by cp.async (tokens past the run zero-filled:
+  // k = q = g = v = beta = 0); in the pipelined form that is the chunk after the one in the products.
   float k[kC][kD];
   float q[kC][kD];
   float g[kC][kD];
