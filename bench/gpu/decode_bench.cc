@@ -31,6 +31,7 @@
 // --chunked-kda: prefill runs' KDA recurrence in chunks of 16 tokens on tensor cores
 // (CudaEngineOptions::chunked_kda; --token-kda: token by token); --pipelined-kda: that chunked
 // kernel software-pipelined (CudaEngineOptions::pipelined_kda; --unpipelined-kda: off);
+// --split-kda-chains: its 3xTF32 products in three accumulators each (CudaEngineOptions::split_kda_chains);
 // --fused-residual: decode steps' residual steps (add, mix, norm) in one launch each
 // (CudaEngineOptions::fused_residual; the default launches them separately);
 // --fused-prefill-residual / --unfused-prefill-residual: prefill chunks' residual steps in one
@@ -145,6 +146,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   bool grouped_expert_gemv = defaults.grouped_expert_gemv, mma_shared_x = defaults.mma_shared_x;
   bool chunked_kda = defaults.chunked_kda, fused_prefill_residual = defaults.fused_prefill_residual;
   bool tf32x3_router = defaults.tf32x3_router, pipelined_kda = defaults.pipelined_kda;
+  bool split_kda_chains = defaults.split_kda_chains;
   bool mma_staged_x = defaults.mma_staged_x, wgmma_mla = defaults.wgmma_mla;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -173,6 +175,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
     else if (a == "--token-kda") chunked_kda = false;  // CudaEngineOptions::chunked_kda off
     else if (a == "--pipelined-kda") pipelined_kda = true;  // CudaEngineOptions::pipelined_kda
     else if (a == "--unpipelined-kda") pipelined_kda = false;
+    else if (a == "--split-kda-chains") split_kda_chains = true;  // CudaEngineOptions::split_kda_chains
     else if (a == "--fused-residual") fused_residual = true;  // CudaEngineOptions::fused_residual
     else if (a == "--unfused-prefill-residual") fused_prefill_residual = false;
     else if (a == "--fused-prefill-residual") fused_prefill_residual = true;
@@ -242,6 +245,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
   opt.tf32x3_router = tf32x3_router;
   opt.chunked_kda = chunked_kda;
   opt.pipelined_kda = pipelined_kda;
+  opt.split_kda_chains = split_kda_chains;
   opt.side_streams = side_streams;
   opt.fused_gate_up = fused_gate_up;
   opt.grouped_expert_gemv = grouped_expert_gemv;
@@ -315,7 +319,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
         static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed",
-        chunked_kda ? (pipelined_kda ? "chunked (tensor cores, pipelined)" : "chunked (tensor cores)") : "token by token", tf32x3_router ? "3xTF32" : "cuBLAS f32",
+        !chunked_kda ? "token by token" : split_kda_chains ? (pipelined_kda ? "chunked (tensor cores, pipelined, split chains)" : "chunked (tensor cores, split chains)") : pipelined_kda ? "chunked (tensor cores, pipelined)" : "chunked (tensor cores)", tf32x3_router ? "3xTF32" : "cuBLAS f32",
         eng.half_weight_bytes() / 1e9, static_cast<long long>(eng.half_weight_matrices()),
         static_cast<long long>(opt.prefill_f16_weights_mb));
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,

@@ -3,6 +3,7 @@
 // the prefill form, token by token and chunked on tensor cores), and KdaGate against the engine's
 // formula (worker/engine/kda_layer.cc). The CPU sums in double, the GPU in f32: outputs and
 // states within 2e-5 of the largest |value|.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -23,14 +24,15 @@ namespace {
 // prefill runs (rows [seq][token]); the state is carried over the run and from launch to launch.
 // Outputs and states within 2e-5 (one token) / 5e-5 (runs) of the largest |value|.
 // chunked: KdaDecodeParams::chunked (the tensor-core chunked form where it takes the run); the log
-// decays drawn from [g_lo, g_hi]; pipelined: KdaDecodeParams::pipelined. gpu_out: if given, every
-// launch's outputs and the states after it appended there.
+// decays drawn from [g_lo, g_hi]; pipelined, split_chains: KdaDecodeParams'. gpu_out: if given,
+// every launch's outputs and the states after it appended there.
 void RunKda(int64_t n_heads, int64_t dk, int64_t dv, int64_t n_seqs, int64_t n_tokens, int launches, uint64_t seed,
             bool chunked = false, double g_lo = -5.0, double g_hi = 0.0, bool pipelined = false,
-            std::vector<float>* gpu_out = nullptr) {
+            bool split_chains = false, std::vector<float>* gpu_out = nullptr) {
   SCOPED_TRACE(::testing::Message() << "heads " << n_heads << " dk " << dk << " dv " << dv << " seqs " << n_seqs
                                     << " tokens " << n_tokens << (chunked ? " chunked" : "")
-                                    << (pipelined ? " pipelined" : "") << " g in " << g_lo << ".." << g_hi);
+                                    << (pipelined ? " pipelined" : "") << (split_chains ? " split chains" : "")
+                                    << " g in " << g_lo << ".." << g_hi);
   const double tol = n_tokens == 1 ? 2e-5 : 5e-5;
   std::mt19937_64 rng(seed);
   const int64_t n_slots = n_seqs + 1, slot_stride = n_heads * dk * dv + 32;
@@ -77,6 +79,7 @@ void RunKda(int64_t n_heads, int64_t dk, int64_t dv, int64_t n_seqs, int64_t n_t
     p.scale = scale;
     p.chunked = chunked;
     p.pipelined = pipelined;
+    p.split_chains = split_chains;
     K3_ASSERT_LAUNCH(KdaDecode(p, nullptr));
     const auto out = dout.Download();
     if (gpu_out != nullptr) {
@@ -120,33 +123,54 @@ TEST(CudaKdaTest, PrefillRunsOtherShapes) {
 // The chunked tensor-core form (kda_chunked.cu) against the token-by-token CPU reference: runs
 // ending inside a chunk (300 = 18 x 16 + 12, 33, 17), several sequences with permuted slots, the
 // state carried across launches, a long run, and strong decays (every g near the K3 gate's -5).
-// Both forms of the kernel (KdaDecodeParams::pipelined off and on); runs of one chunk, short and
-// whole, and of two whole chunks (the pipelined loop's exits) too.
+// Every form of the kernel (KdaDecodeParams::pipelined and split_chains off and on); runs of one
+// chunk, short and whole, and of two whole chunks (the pipelined loop's exits) too.
 TEST(CudaKdaTest, ChunkedPrefillK3Shape) {
   K3_REQUIRE_GPU();
   for (bool pipelined : {false, true}) {
-    RunKda(kHeads, kHeadDim, kHeadDim, 1, 300, 2, 31, true, -5.0, 0.0, pipelined);
-    RunKda(kHeads, kHeadDim, kHeadDim, 2, 33, 2, 32, true, -5.0, 0.0, pipelined);
-    RunKda(4, kHeadDim, kHeadDim, 3, 17, 2, 33, true, -5.0, 0.0, pipelined);  // golden model: 4 heads
-    RunKda(8, kHeadDim, kHeadDim, 1, 2048, 1, 34, true, -5.0, 0.0, pipelined);
-    RunKda(8, kHeadDim, kHeadDim, 1, 160, 2, 35, true, -5.0, -4.99, pipelined);
-    RunKda(4, kHeadDim, kHeadDim, 2, 5, 2, 37, true, -5.0, 0.0, pipelined);   // one chunk, short
-    RunKda(4, kHeadDim, kHeadDim, 1, 16, 2, 38, true, -5.0, 0.0, pipelined);  // one whole chunk
-    RunKda(4, kHeadDim, kHeadDim, 1, 32, 2, 39, true, -5.0, 0.0, pipelined);  // two whole chunks
+    for (bool split : {false, true}) {
+      RunKda(kHeads, kHeadDim, kHeadDim, 1, 300, 2, 31, true, -5.0, 0.0, pipelined, split);
+      RunKda(kHeads, kHeadDim, kHeadDim, 2, 33, 2, 32, true, -5.0, 0.0, pipelined, split);
+      RunKda(4, kHeadDim, kHeadDim, 3, 17, 2, 33, true, -5.0, 0.0, pipelined, split);  // golden model: 4 heads
+      RunKda(8, kHeadDim, kHeadDim, 1, 2048, 1, 34, true, -5.0, 0.0, pipelined, split);
+      RunKda(8, kHeadDim, kHeadDim, 1, 160, 2, 35, true, -5.0, -4.99, pipelined, split);
+      RunKda(4, kHeadDim, kHeadDim, 2, 5, 2, 37, true, -5.0, 0.0, pipelined, split);   // one chunk, short
+      RunKda(4, kHeadDim, kHeadDim, 1, 16, 2, 38, true, -5.0, 0.0, pipelined, split);  // one whole chunk
+      RunKda(4, kHeadDim, kHeadDim, 1, 32, 2, 39, true, -5.0, 0.0, pipelined, split);  // two whole chunks
+    }
   }
 }
 
 // The pipelined form runs the same products on the same operands as the unpipelined one: the
-// same outputs and states, bit for bit (odd and even chunk counts, a partial last chunk, 2 seqs).
+// same outputs and states, bit for bit (odd and even chunk counts, a partial last chunk, 2 seqs),
+// with one accumulator per product and with split chains. The split chains sum in another order:
+// not those bits, but within a few f32 roundings of them.
 TEST(CudaKdaTest, ChunkedPipelinedIsUnpipelinedBitForBit) {
   K3_REQUIRE_GPU();
   for (int64_t n_tokens : {int64_t{16}, int64_t{45}, int64_t{64}, int64_t{300}}) {
-    std::vector<float> plain, piped;
-    RunKda(kHeads, kHeadDim, kHeadDim, 2, n_tokens, 2, 41, true, -5.0, 0.0, false, &plain);
-    RunKda(kHeads, kHeadDim, kHeadDim, 2, n_tokens, 2, 41, true, -5.0, 0.0, true, &piped);
-    ASSERT_EQ(plain.size(), piped.size());
-    ASSERT_FALSE(plain.empty());
-    EXPECT_EQ(0, std::memcmp(plain.data(), piped.data(), plain.size() * sizeof(float))) << n_tokens << " tokens";
+    std::vector<float> one_chain;
+    for (bool split : {false, true}) {
+      std::vector<float> plain, piped;
+      RunKda(kHeads, kHeadDim, kHeadDim, 2, n_tokens, 2, 41, true, -5.0, 0.0, false, split, &plain);
+      RunKda(kHeads, kHeadDim, kHeadDim, 2, n_tokens, 2, 41, true, -5.0, 0.0, true, split, &piped);
+      ASSERT_EQ(plain.size(), piped.size());
+      ASSERT_FALSE(plain.empty());
+      EXPECT_EQ(0, std::memcmp(plain.data(), piped.data(), plain.size() * sizeof(float)))
+          << n_tokens << " tokens" << (split ? ", split chains" : "");
+      if (!split) {
+        one_chain = plain;
+        continue;
+      }
+      ASSERT_EQ(one_chain.size(), plain.size());
+      EXPECT_NE(0, std::memcmp(one_chain.data(), plain.data(), plain.size() * sizeof(float)))
+          << "split_chains did not change the summation order, " << n_tokens << " tokens";
+      double scale = 0.0, worst = 0.0;
+      for (size_t i = 0; i < plain.size(); ++i) {
+        scale = std::max(scale, std::fabs(static_cast<double>(one_chain[i])));
+        worst = std::max(worst, std::fabs(static_cast<double>(plain[i]) - one_chain[i]));
+      }
+      EXPECT_LE(worst, 1e-5 * scale) << n_tokens << " tokens: split against one chain";
+    }
   }
 }
 

@@ -129,6 +129,20 @@ class CudaGoldenTest : public ::testing::Test {
     EXPECT_TRUE(e.ok()) << e.status();
     return e.ok() ? std::move(*e) : nullptr;
   }
+  // Two engines of `opt`, the first with `flag` off, the second with it on.
+  std::pair<std::unique_ptr<CudaEngine>, std::unique_ptr<CudaEngine>> OpenOffOn(CudaEngineOptions opt,
+                                                                              bool CudaEngineOptions::*flag) {
+    opt.*flag = false;
+    auto off = OpenWith(opt);
+    opt.*flag = true;
+    return {std::move(off), OpenWith(opt)};
+  }
+  // Every golden prompt, one after the other, as one prompt (374 rows).
+  std::vector<int32_t> JoinedPrompts() const {
+    std::vector<int32_t> joined;
+    for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+    return joined;
+  }
   // Open(ReferenceOptions's arguments): an engine of the reference options.
   template <class... Args>
   std::unique_ptr<CudaEngine> Open(Args... args) {
@@ -320,8 +334,7 @@ TEST_F(CudaGoldenTest, FusedResidualExactPrefillMatchesReference) {
     const auto ref = k3::testing::ReadF32File(kGolden + "ref-a.p" + std::to_string(p) + ".f32");
     Bars(ref, RunPrompt(*fused, prompts_[p], 1030 + p), V, "fused residual, exact prefill " + std::to_string(p));
   }
-  std::vector<int32_t> joined;
-  for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+  const std::vector<int32_t> joined = JoinedPrompts();
   Bars(RunPrompt(*plain, joined, 1040), RunPrompt(*fused, joined, 1041), V, "fused residual, exact prefill 374 rows");
 }
 
@@ -587,8 +600,7 @@ TEST_F(CudaGoldenTest, FusedPrefillResidualMatchesUnfused) {
   // keeps its top-1 choices (0.98) and its mean KL small, and the token form's per-prompt logits are
   // held to llama.cpp's closeness to ref-a. AddMixNorm itself is held to the CPU by
   // CudaAddMixNormTest.MatchesCpu.
-  std::vector<int32_t> joined;
-  for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+  const std::vector<int32_t> joined = JoinedPrompts();
   for (bool chunked : {true, false}) {
     CudaEngineOptions opt = ReferenceOptions(false, true, 512);
     opt.chunked_kda = chunked;
@@ -661,13 +673,9 @@ TEST_F(CudaGoldenTest, ResidentHalfWeightsMatchDecodedPerCall) {
 TEST_F(CudaGoldenTest, PipelinedKdaChangesNoValue) {
   CudaEngineOptions opt = ReferenceOptions(false, true, 512);
   ASSERT_TRUE(opt.chunked_kda);
-  opt.pipelined_kda = false;
-  auto plain = OpenWith(opt);
-  opt.pipelined_kda = true;
-  auto piped = OpenWith(opt);
+  auto [plain, piped] = OpenOffOn(opt, &CudaEngineOptions::pipelined_kda);
   ASSERT_TRUE(plain && piped);
-  std::vector<int32_t> joined;
-  for (const auto& p : prompts_) joined.insert(joined.end(), p.begin(), p.end());
+  const std::vector<int32_t> joined = JoinedPrompts();
   for (int form = 0; form < 2; ++form) {
     const std::vector<float> a = form == 0 ? RunPrompts(*plain, 1050) : RunPrompt(*plain, joined, 1060);
     const std::vector<float> b = form == 0 ? RunPrompts(*piped, 1070) : RunPrompt(*piped, joined, 1080);
@@ -675,6 +683,29 @@ TEST_F(CudaGoldenTest, PipelinedKdaChangesNoValue) {
     EXPECT_EQ(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
         << "pipelined_kda changed the logits" << (form == 0 ? " (prompt by prompt)" : " (374 rows)");
   }
+}
+
+// split_kda_chains: the chunked KDA kernel's 3xTF32 products in three accumulators each, another
+// summation order of ~f32 products: within the bars of two summation orders of the fast prefill
+// (routing near-ties of the golden model move its logits more than the kernel does), prompt by
+// prompt and on the 374-row prompt, and still at least as close to ref-a as llama.cpp.
+TEST_F(CudaGoldenTest, SplitKdaChainsStaysClose) {
+  CudaEngineOptions opt = ReferenceOptions(false, true, 512);
+  ASSERT_TRUE(opt.chunked_kda);
+  auto [one, split] = OpenOffOn(opt, &CudaEngineOptions::split_kda_chains);
+  ASSERT_TRUE(one && split);
+  const int64_t V = split->config().vocab;
+  const std::vector<float> a = RunPrompts(*one, 1090), b = RunPrompts(*split, 1100);
+  ASSERT_EQ(a.size(), b.size());
+  EXPECT_NE(0, std::memcmp(a.data(), b.data(), a.size() * sizeof(float)))
+      << "split_kda_chains did not take the prefill's KDA runs";
+  const auto m = Bars(a, b, V, "split vs one-chain KDA", 2e-2, 1.0, 0.95);
+  EXPECT_LE(m.kl_mean, 1e-2);
+  ExpectAtLeastAsCloseAsLlamaCpp(b, V, "split-chain KDA prefill");
+  const std::vector<int32_t> joined = JoinedPrompts();
+  const auto j = Bars(RunPrompt(*one, joined, 1110), RunPrompt(*split, joined, 1120), V,
+                      "split vs one-chain KDA, 374 rows", 5e-2, 2.0, 0.98);
+  EXPECT_LE(j.kl_mean, 1e-2);
 }
 
 // The token-by-token KDA prefill (k3-worker --token-kda) held to llama.cpp's closeness to ref-a;

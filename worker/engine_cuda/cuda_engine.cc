@@ -1161,6 +1161,7 @@ absl::Status CudaEngine::Enqueue(const StepView& v, std::vector<std::pair<int, c
       kp.chunked = options_.chunked_kda && !exact && v.run > 1 && c.has_gate_lower_bound &&
                    c.gate_lower_bound >= -cuda::kKdaChunkedMaxDecay;
       kp.pipelined = options_.pipelined_kda;
+      kp.split_chains = options_.split_kda_chains;
       K3_CU(cuda::KdaDecode(kp, s));
       if (!stacked) K3_CU(Prod(w.g, m.h, H, m.gp, D, n));
       K3_CU(Rms(m.o, m.o, w.norm, n, hd, eps, s, nh, stacked ? m.in_proj + 3 * D : m.gp, cuda::NormKind::kRms,

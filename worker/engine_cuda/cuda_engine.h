@@ -85,6 +85,10 @@ struct CudaEngineOptions {
   // 2.20-2.30 ms a layer (ncu) (bench/results/2026-12-07-pipelined-kda-fused-prefill-residual-*).
   // Off: the one-chunk-at-a-time kernel.
   bool pipelined_kda = true;
+  // With chunked_kda, the chunked kernel's 3xTF32 products in three accumulators each
+  // (cuda::KdaDecodeParams::split_chains: independent mma chains; another summation order). Built to
+  // cut the kernel's fixed-latency stalls (session 50); not yet run on a GPU, so off.
+  bool split_kda_chains = false;
   // Decode-sized products on the direct-load GEMV (kernels/cuda/quant_gemv/gemv_direct.h): Q8_0
   // matrices get a repacked copy at load (1.0625 bytes per weight more on the device; the block
   // layout stays for the GEMM and the expert stacks), F32/F16/BF16 are read as they are.

@@ -40,6 +40,11 @@ struct KdaDecodeParams {
   // A, Mq, T) beside this chunk's state products, two barriers a chunk instead of four; the same
   // bits, 68 KiB more shared memory (a second set of the derived arrays; kda_chunked.cu).
   bool pipelined = false;
+  // The chunked form's 3xTF32 products (W, Y, A, Mq, U, Mq·U) with hi·hi and the two small terms in
+  // three accumulators each (three independent mma chains, summed once at the end) instead of one
+  // (three dependent mma a step): another summation order, not these bits. Built in session 50 to
+  // cut the fixed-latency stalls; not yet run on a GPU, so off.
+  bool split_chains = false;
 };
 cudaError_t KdaDecode(const KdaDecodeParams& p, cudaStream_t stream);
 

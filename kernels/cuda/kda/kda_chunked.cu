@@ -75,6 +75,36 @@ __device__ __forceinline__ void Mma3(float (&c)[4], const uint32_t (&ah)[4], con
   ptx::Mma1688Tf32(c, ah, bl0, bl1);
   ptx::Mma1688Tf32(c, ah, bh0, bh1);
 }
+// A sum of 3xTF32 products into `out` (KdaDecodeParams::split_chains). kSplit: hi · hi and the two
+// small terms in three sets of registers, three independent mma chains, added to out once in
+// Finish (the small terms first); otherwise every product's three mma straight into out (Mma3: a
+// dependent chain of three per step).
+template <bool kSplit>
+struct Acc3 {
+  float (&out)[4];
+  __device__ __forceinline__ explicit Acc3(float (&o)[4]) : out(o) {}
+  __device__ __forceinline__ void Add(const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                                      uint32_t bl0, uint32_t bl1) {
+    Mma3(out, ah, al, bh0, bh1, bl0, bl1);
+  }
+  __device__ __forceinline__ void Finish() {}
+};
+template <>
+struct Acc3<true> {
+  float (&out)[4];
+  float hh[4] = {}, lh[4] = {}, hl[4] = {};  // ah · bh, al · bh, ah · bl
+  __device__ __forceinline__ explicit Acc3(float (&o)[4]) : out(o) {}
+  __device__ __forceinline__ void Add(const uint32_t (&ah)[4], const uint32_t (&al)[4], uint32_t bh0, uint32_t bh1,
+                                      uint32_t bl0, uint32_t bl1) {
+    ptx::Mma1688Tf32(lh, al, bh0, bh1);
+    ptx::Mma1688Tf32(hl, ah, bl0, bl1);
+    ptx::Mma1688Tf32(hh, ah, bh0, bh1);
+  }
+  __device__ __forceinline__ void Finish() {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) out[e] += hh[e] + (lh[e] + hl[e]);
+  }
+};
 __device__ __forceinline__ void Ld2(const float* p, uint32_t& x, uint32_t& y) {
   const float2 v = *reinterpret_cast<const float2*>(p);
   x = __float_as_uint(v.x);
@@ -90,8 +120,10 @@ __device__ __forceinline__ void AccAsA(const float (&c)[4], uint32_t (&hi)[4], u
 
 // c[nb] (columns x tokens 8 nb .. 8 nb + 7) += a · m^T over the chunk's 16 tokens s: a[kb] holds tokens
 // 8 kb .. 8 kb + 7 of the A operand (AccAsA), m a [token t][token s] matrix in shared memory.
+template <bool kSplit>
 __device__ __forceinline__ void AddTokenProduct(float (&c)[2][4], const uint32_t (&ah)[2][4], const uint32_t (&al)[2][4],
                                                 const float (*m)[kTokPad], int gid, int tig) {
+  Acc3<kSplit> acc[2] = {Acc3<kSplit>(c[0]), Acc3<kSplit>(c[1])};
 #pragma unroll
   for (int kb = 0; kb < 2; ++kb) {
     const int sc = kb * 8 + 2 * tig;
@@ -101,9 +133,11 @@ __device__ __forceinline__ void AddTokenProduct(float (&c)[2][4], const uint32_t
       uint32_t bh0, bl0, bh1, bl1;
       ptx::SplitTf32(bb.x, bh0, bl0);
       ptx::SplitTf32(bb.y, bh1, bl1);
-      Mma3(c[nb], ah[kb], al[kb], bh0, bh1, bl0, bl1);
+      acc[nb].Add(ah[kb], al[kb], bh0, bh1, bl0, bl1);
     }
   }
+  acc[0].Finish();
+  acc[1].Finish();
 }
 
 __device__ __forceinline__ void CpAsync4Zfill(float* dst, const float* src, bool valid) {
@@ -149,11 +183,14 @@ __device__ __forceinline__ void Prep(KdaChunkSmem& sm, KdaChunkDerived& dn, int 
 
 // A (warps 4, 5) and Mq (warps 6, 7) of the chunk Prep just derived: rows t = all 16 tokens,
 // columns s = 8 nb .. 8 nb + 7. A into sm.a, Mq into dn.mq.
+// kSplit: even and odd key tiles in their own accumulators too (six chains of 8 mma, not one of 48).
+template <bool kSplit>
 __device__ __forceinline__ void AMq(KdaChunkSmem& sm, KdaChunkDerived& dn, int warp, int gid, int tig) {
   const bool is_a = warp < 6;
   const int nb = warp & 1;
   const float(*x)[kRowPad] = is_a ? sm.kp : sm.qp;
   float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  Acc3<kSplit> part[2] = {Acc3<kSplit>(acc), Acc3<kSplit>(acc)};
 #pragma unroll 4
   for (int kt = 0; kt < kD / 8; ++kt) {
     const int key = kt * 8 + 2 * tig;
@@ -167,8 +204,10 @@ __device__ __forceinline__ void AMq(KdaChunkSmem& sm, KdaChunkDerived& dn, int w
     ptx::SplitTf32(a23.y, ah[3], al[3]);
     ptx::SplitTf32(bb.x, bh0, bl0);
     ptx::SplitTf32(bb.y, bh1, bl1);
-    Mma3(acc, ah, al, bh0, bh1, bl0, bl1);
+    part[kt & 1].Add(ah, al, bh0, bh1, bl0, bl1);
   }
+  part[0].Finish();
+  part[1].Finish();
   float(*y)[kTokPad] = is_a ? sm.a : dn.mq;
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
@@ -194,8 +233,11 @@ __device__ __forceinline__ void SolveT(KdaChunkSmem& sm, const KdaChunkDerived& 
 }
 
 // W^T = S^T Kb^T and Y^T = S^T Qb^T: this warp's 16 columns x the chunk's 16 tokens.
+template <bool kSplit>
 __device__ __forceinline__ void StateTimesKQ(const float (&st)[kD / 8][4], const KdaChunkDerived& dc, int tig,
                                              int gid, float (&w)[2][4], float (&yv)[2][4]) {
+  Acc3<kSplit> wa[2] = {Acc3<kSplit>(w[0]), Acc3<kSplit>(w[1])};
+  Acc3<kSplit> ya[2] = {Acc3<kSplit>(yv[0]), Acc3<kSplit>(yv[1])};
 #pragma unroll
   for (int kt = 0; kt < kD / 8; ++kt) {
     uint32_t ah[4], al[4];
@@ -207,16 +249,23 @@ __device__ __forceinline__ void StateTimesKQ(const float (&st)[kD / 8][4], const
       uint32_t bh0, bh1, bl0, bl1;
       Ld2(&dc.kb_hi[t][key], bh0, bh1);
       Ld2(&dc.kb_lo[t][key], bl0, bl1);
-      Mma3(w[nb], ah, al, bh0, bh1, bl0, bl1);
+      wa[nb].Add(ah, al, bh0, bh1, bl0, bl1);
       Ld2(&dc.qb_hi[t][key], bh0, bh1);
       Ld2(&dc.qb_lo[t][key], bl0, bl1);
-      Mma3(yv[nb], ah, al, bh0, bh1, bl0, bl1);
+      ya[nb].Add(ah, al, bh0, bh1, bl0, bl1);
     }
+  }
+#pragma unroll
+  for (int nb = 0; nb < 2; ++nb) {
+    wa[nb].Finish();
+    ya[nb].Finish();
   }
 }
 
 // U^T = (V^T - W^T) T^T, O^T = scale (Y^T + U^T Mq^T) written for tokens t0.., and the state update
 // S^T = S^T diag(e^{b_last}) + U^T Kend.
+// (The state update keeps one accumulator per key tile: 16 of them side by side already.)
+template <bool kSplit>
 __device__ __forceinline__ void FinishChunk(float (&st)[kD / 8][4], const KdaChunkSmem& sm, const KdaChunkDerived& dc,
                                             const float (&w)[2][4], float (&yv)[2][4], const KdaDecodeParams& p,
                                             int64_t row0, int64_t t0, int64_t h, int col, int gid, int tig) {
@@ -234,12 +283,12 @@ __device__ __forceinline__ void FinishChunk(float (&st)[kD / 8][4], const KdaChu
     uint32_t rh[2][4], rl[2][4];
     AccAsA(r[0], rh[0], rl[0]);
     AccAsA(r[1], rh[1], rl[1]);
-    AddTokenProduct(u, rh, rl, sm.tm, gid, tig);
+    AddTokenProduct<kSplit>(u, rh, rl, sm.tm, gid, tig);
   }
   uint32_t uh[2][4], ul[2][4];
   AccAsA(u[0], uh[0], ul[0]);
   AccAsA(u[1], uh[1], ul[1]);
-  AddTokenProduct(yv, uh, ul, dc.mq, gid, tig);
+  AddTokenProduct<kSplit>(yv, uh, ul, dc.mq, gid, tig);
 #pragma unroll
   for (int nb = 0; nb < 2; ++nb) {
 #pragma unroll
@@ -277,7 +326,8 @@ __device__ __forceinline__ void FinishChunk(float (&st)[kD / 8][4], const KdaChu
 //   wait for chunk c + 2's copies; barrier
 // Otherwise one chunk at a time in d[0] (stage, prep, A / Mq beside W / Y, T, finish: four
 // barriers). Both run the same products on the same operands: the same bits.
-template <bool kPipelined>
+// kSplit: KdaDecodeParams::split_chains (Acc3).
+template <bool kPipelined, bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeParams p) {
   extern __shared__ float4 kda_chunk_smem[];
   PdlEnter();
@@ -342,13 +392,13 @@ __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeP
       Prep(sm, sm.d[0], tid);
       __syncthreads();  // derived arrays visible; the staging buffer is free
       if (c + 1 < n_chunks) issue(c + 1);
-      if (warp >= 4) AMq(sm, sm.d[0], warp, gid, tig);
+      if (warp >= 4) AMq<kSplit>(sm, sm.d[0], warp, gid, tig);
       float w[2][4] = {}, yv[2][4] = {};
-      StateTimesKQ(st, sm.d[0], tig, gid, w, yv);
+      StateTimesKQ<kSplit>(st, sm.d[0], tig, gid, w, yv);
       __syncthreads();  // A and Mq visible
       if (warp == 0 && lane < kC) SolveT(sm, sm.d[0], lane);
       __syncthreads();  // T visible
-      FinishChunk(st, sm, sm.d[0], w, yv, p, row0, c * kC, h, col, gid, tig);
+      FinishChunk<kSplit>(st, sm, sm.d[0], w, yv, p, row0, c * kC, h, col, gid, tig);
     }
   } else {
     // Prologue: chunk 0 derived (A and Mq too), chunk 1 staged.
@@ -357,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeP
     Prep(sm, sm.d[0], tid);
     __syncthreads();  // chunk 0's derived arrays and factors visible; the staging buffer free
     if (n_chunks > 1) issue(1);
-    if (warp >= 4) AMq(sm, sm.d[0], warp, gid, tig);
+    if (warp >= 4) AMq<kSplit>(sm, sm.d[0], warp, gid, tig);
     ptx::CpAsyncWait<0>();
     __syncthreads();
 
@@ -371,12 +421,12 @@ __global__ void __launch_bounds__(kThreads, 1) KdaChunkedKernel(const KdaDecodeP
       if (warp == 0 && lane < kC) SolveT(sm, dc, lane);
       if (has_next) Prep(sm, dn, tid);
       float w[2][4] = {}, yv[2][4] = {};
-      StateTimesKQ(st, dc, tig, gid, w, yv);
+      StateTimesKQ<kSplit>(st, dc, tig, gid, w, yv);
       __syncthreads();  // T(c), chunk c + 1's derived arrays and factors visible; A(c) read; staging free
       if (c + 2 < n_chunks) issue(c + 2);
       // Phase 2.
-      if (has_next && warp >= 4) AMq(sm, dn, warp, gid, tig);
-      FinishChunk(st, sm, dc, w, yv, p, row0, c * kC, h, col, gid, tig);
+      if (has_next && warp >= 4) AMq<kSplit>(sm, dn, warp, gid, tig);
+      FinishChunk<kSplit>(st, sm, dc, w, yv, p, row0, c * kC, h, col, gid, tig);
       ptx::CpAsyncWait<0>();
       __syncthreads();  // chunk c + 2 staged; A(c + 1), Mq(c + 1) visible; chunk c's arrays and T(c) read
     };
@@ -409,7 +459,8 @@ bool KdaChunkedTakes(const KdaDecodeParams& p) {
 cudaError_t KdaChunked(const KdaDecodeParams& p, cudaStream_t stream) {
   // The unpipelined form uses one set of derived arrays; its shared memory stops before d[1].
   const size_t smem = p.pipelined ? sizeof(KdaChunkSmem) : offsetof(KdaChunkSmem, d) + sizeof(KdaChunkDerived);
-  auto* kernel = p.pipelined ? KdaChunkedKernel<true> : KdaChunkedKernel<false>;
+  auto* kernel = p.pipelined ? (p.split_chains ? KdaChunkedKernel<true, true> : KdaChunkedKernel<true, false>)
+                              : (p.split_chains ? KdaChunkedKernel<false, true> : KdaChunkedKernel<false, false>);
   K3_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.n_heads), static_cast<unsigned>(p.n_seqs));
   K3_CUDA_CHECK(LaunchKernel(kernel, grid, kThreads, smem, stream, p));
