@@ -306,6 +306,9 @@ int Main(int argc, char** argv, int rank, int ranks) {
   const auto& c = eng.config();
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (lead) {
+    const std::string kda_form = !chunked_kda ? std::string("token by token")
+                                              : std::string("chunked (tensor cores") + (pipelined_kda ? ", pipelined" : "") +
+                                                    (split_kda_chains ? ", split chains" : "") + ")";
     std::printf(
         "model: %s\n%s\nweights on device (rank 0): %.3f GB (loaded in %.1f s); cache %s; graphs %s; "
         "decode MLA %s; expert inputs %s%s (gate|up %s, %s up to %lld rows); residual steps %s (prefill %s); L2 prefetch %lld MiB; dense products on the GEMV up to %lld rows (then tensor cores, %s x); prefill chunk of %lld "
@@ -319,7 +322,7 @@ int Main(int argc, char** argv, int rank, int ranks) {
         static_cast<long long>(opt.dense_gemv_max_rows), mma_shared_x ? "shared" : "per-warp",
         static_cast<long long>(chunk),
         eng.MlaDecompressed(chunk) ? "decompressed" : "absorbed",
-        !chunked_kda ? "token by token" : split_kda_chains ? (pipelined_kda ? "chunked (tensor cores, pipelined, split chains)" : "chunked (tensor cores, split chains)") : pipelined_kda ? "chunked (tensor cores, pipelined)" : "chunked (tensor cores)", tf32x3_router ? "3xTF32" : "cuBLAS f32",
+        kda_form.c_str(), tf32x3_router ? "3xTF32" : "cuBLAS f32",
         eng.half_weight_bytes() / 1e9, static_cast<long long>(eng.half_weight_matrices()),
         static_cast<long long>(opt.prefill_f16_weights_mb));
     std::printf("ranks: %d (one GPU each), expert groups %d x %d FFN bands; all-reduces per step %lld\n", ranks,
